@@ -1,0 +1,399 @@
+//! The refusal ladder: pure rules deciding whether a target may be signalled.
+//!
+//! It is the fallback proof when no pidfd or cgroup proof exists, and a second check
+//! on top of them. It reads nothing and signals nothing, so every rung is tested as
+//! a table of cases.
+
+use crate::identity::Identity;
+use serde::Serialize;
+
+/// Facts about the process doing the signalling, read once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfFacts {
+    pub pid: i32,
+    /// The real process group, read from /proc (never assumed to equal the pid).
+    pub pgrp: i32,
+    pub uid: u32,
+    /// Parent first, up to init.
+    pub ancestors: Vec<i32>,
+    pub boot_id: String,
+}
+
+/// What the target looks like right now, read after a pidfd to it was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveFacts {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub uid: u32,
+    pub starttime: u64,
+}
+
+/// Why a signal was not sent. One variant per rung; `code()` is the stable name
+/// written to the audit log and JSON output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Refusal {
+    #[error("pid {pid} is not a valid target (must be > 1)")]
+    InvalidPid { pid: i32 },
+    #[error("pgid {pgid} is not a valid target (must be > 1)")]
+    InvalidPgid { pgid: i32 },
+    #[error("pid {pid} is undertaker itself")]
+    OwnProcess { pid: i32 },
+    #[error("group {pgid} is undertaker's own process group")]
+    OwnGroup { pgid: i32 },
+    #[error("pid {pid} is an ancestor of undertaker")]
+    Ancestor { pid: i32 },
+    #[error("pid {pid} belongs to uid {found}, not {ours}")]
+    OtherUid { pid: i32, found: u32, ours: u32 },
+    #[error("no live identity for pid {pid}")]
+    IdentityMissing { pid: i32 },
+    #[error("pid {pid} started at {found}, recorded {expected}: a different process")]
+    StarttimeMismatch { pid: i32, expected: u64, found: u64 },
+    #[error("pid {pid} is in group {found}, not {expected}")]
+    NotGroupMember { pid: i32, expected: i32, found: i32 },
+    #[error("pid {pid} does not lead group {pgid}")]
+    NotGroupLeader { pid: i32, pgid: i32 },
+    #[error("record is from boot {recorded}, this is boot {current}")]
+    OtherBoot { recorded: String, current: String },
+    #[error("pid {pid} is not provably part of the tree ({why})")]
+    NotOurs { pid: i32, why: String },
+    #[error("group {pgid} has no pinned leader and no pidfd group signalling")]
+    LeaderNotPinned { pgid: i32 },
+}
+
+impl Refusal {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::InvalidPid { .. } => "invalid_pid",
+            Refusal::InvalidPgid { .. } => "invalid_pgid",
+            Refusal::OwnProcess { .. } => "own_process",
+            Refusal::OwnGroup { .. } => "own_group",
+            Refusal::Ancestor { .. } => "ancestor",
+            Refusal::OtherUid { .. } => "other_uid",
+            Refusal::IdentityMissing { .. } => "identity_missing",
+            Refusal::StarttimeMismatch { .. } => "starttime_mismatch",
+            Refusal::NotGroupMember { .. } => "not_group_member",
+            Refusal::NotGroupLeader { .. } => "not_group_leader",
+            Refusal::OtherBoot { .. } => "other_boot",
+            Refusal::NotOurs { .. } => "not_ours",
+            Refusal::LeaderNotPinned { .. } => "leader_not_pinned",
+        }
+    }
+}
+
+/// Rungs that hold for any target pid, before anything is read about it.
+pub fn check_pid(me: &SelfFacts, pid: i32) -> Result<(), Refusal> {
+    if pid <= 1 {
+        return Err(Refusal::InvalidPid { pid });
+    }
+    if pid == me.pid {
+        return Err(Refusal::OwnProcess { pid });
+    }
+    if me.ancestors.contains(&pid) {
+        return Err(Refusal::Ancestor { pid });
+    }
+    Ok(())
+}
+
+/// Rungs for a live process: the pid rungs, same uid, and, when a recorded identity
+/// is the proof, the same boot, starttime and group.
+pub fn check_process(
+    me: &SelfFacts,
+    live: &LiveFacts,
+    expected: Option<&Identity>,
+) -> Result<(), Refusal> {
+    check_pid(me, live.pid)?;
+    if live.uid != me.uid {
+        return Err(Refusal::OtherUid {
+            pid: live.pid,
+            found: live.uid,
+            ours: me.uid,
+        });
+    }
+    if let Some(exp) = expected {
+        if exp.boot_id != me.boot_id {
+            return Err(Refusal::OtherBoot {
+                recorded: exp.boot_id.clone(),
+                current: me.boot_id.clone(),
+            });
+        }
+        if exp.pid != live.pid {
+            return Err(Refusal::IdentityMissing { pid: exp.pid });
+        }
+        if exp.starttime != live.starttime {
+            return Err(Refusal::StarttimeMismatch {
+                pid: live.pid,
+                expected: exp.starttime,
+                found: live.starttime,
+            });
+        }
+        if exp.pgid != live.pgid {
+            return Err(Refusal::NotGroupMember {
+                pid: live.pid,
+                expected: exp.pgid,
+                found: live.pgid,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Rungs for signalling a whole group through its leader. `live_leader` is `None`
+/// when the leader is gone: that is accepted only with a recorded leader identity
+/// (pid == pgid) and a group that still has members.
+pub fn check_group(
+    me: &SelfFacts,
+    pgid: i32,
+    recorded_leader: Option<&Identity>,
+    live_leader: Option<&LiveFacts>,
+    group_populated: bool,
+) -> Result<(), Refusal> {
+    if pgid <= 1 {
+        return Err(Refusal::InvalidPgid { pgid });
+    }
+    if pgid == me.pgrp {
+        return Err(Refusal::OwnGroup { pgid });
+    }
+    check_pid(me, pgid)?;
+    match (live_leader, recorded_leader) {
+        (Some(live), recorded) => {
+            check_process(me, live, recorded)?;
+            if live.pgid != pgid || live.pid != pgid {
+                return Err(Refusal::NotGroupLeader {
+                    pid: live.pid,
+                    pgid,
+                });
+            }
+            Ok(())
+        }
+        (None, Some(rec)) => {
+            if rec.boot_id != me.boot_id {
+                return Err(Refusal::OtherBoot {
+                    recorded: rec.boot_id.clone(),
+                    current: me.boot_id.clone(),
+                });
+            }
+            if rec.pid != pgid || rec.pgid != pgid {
+                return Err(Refusal::NotGroupLeader { pid: rec.pid, pgid });
+            }
+            if !group_populated {
+                return Err(Refusal::IdentityMissing { pid: pgid });
+            }
+            // A dead leader cannot prove the group is still the one we recorded.
+            Err(Refusal::LeaderNotPinned { pgid })
+        }
+        (None, None) => Err(Refusal::IdentityMissing { pid: pgid }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> SelfFacts {
+        SelfFacts {
+            pid: 100,
+            pgrp: 90,
+            uid: 1000,
+            ancestors: vec![80, 1],
+            boot_id: "boot-a".into(),
+        }
+    }
+
+    fn live(pid: i32) -> LiveFacts {
+        LiveFacts {
+            pid,
+            ppid: 100,
+            pgid: pid,
+            uid: 1000,
+            starttime: 5000,
+        }
+    }
+
+    fn rec(pid: i32) -> Identity {
+        Identity {
+            boot_id: "boot-a".into(),
+            pid,
+            starttime: 5000,
+            pgid: pid,
+            sid: 90,
+            uid: 1000,
+            pidfs_inode: None,
+        }
+    }
+
+    #[test]
+    fn process_rungs_table() {
+        let m = me();
+        let other_boot = Identity {
+            boot_id: "boot-b".into(),
+            ..rec(200)
+        };
+        let cases: Vec<(&str, LiveFacts, Option<Identity>, Option<&str>)> = vec![
+            ("plain member", live(200), None, None),
+            ("snapshot matches", live(200), Some(rec(200)), None),
+            ("pid 0", live(0), None, Some("invalid_pid")),
+            ("pid 1", live(1), None, Some("invalid_pid")),
+            ("negative", live(-5), None, Some("invalid_pid")),
+            ("self", live(100), None, Some("own_process")),
+            ("parent", live(80), None, Some("ancestor")),
+            (
+                "other uid",
+                LiveFacts {
+                    uid: 0,
+                    ..live(200)
+                },
+                None,
+                Some("other_uid"),
+            ),
+            (
+                "reused pid",
+                LiveFacts {
+                    starttime: 9999,
+                    ..live(200)
+                },
+                Some(rec(200)),
+                Some("starttime_mismatch"),
+            ),
+            (
+                "moved group",
+                LiveFacts {
+                    pgid: 300,
+                    ..live(200)
+                },
+                Some(rec(200)),
+                Some("not_group_member"),
+            ),
+            (
+                "other boot",
+                live(200),
+                Some(other_boot),
+                Some("other_boot"),
+            ),
+        ];
+        for (name, l, e, want) in cases {
+            let got = check_process(&m, &l, e.as_ref()).err().map(|r| r.code());
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn group_rungs_table() {
+        let m = me();
+        let cases: Vec<(
+            &str,
+            i32,
+            Option<Identity>,
+            Option<LiveFacts>,
+            bool,
+            Option<&str>,
+        )> = vec![
+            (
+                "live leader",
+                200,
+                Some(rec(200)),
+                Some(live(200)),
+                true,
+                None,
+            ),
+            (
+                "live leader no record",
+                200,
+                None,
+                Some(live(200)),
+                true,
+                None,
+            ),
+            (
+                "pgid 0",
+                0,
+                None,
+                Some(live(200)),
+                true,
+                Some("invalid_pgid"),
+            ),
+            ("pgid -1", -1, None, None, true, Some("invalid_pgid")),
+            ("pgid 1", 1, None, None, true, Some("invalid_pgid")),
+            (
+                "own group",
+                90,
+                None,
+                Some(live(90)),
+                true,
+                Some("own_group"),
+            ),
+            (
+                "ancestor group",
+                80,
+                None,
+                Some(live(80)),
+                true,
+                Some("ancestor"),
+            ),
+            (
+                "not leader",
+                200,
+                None,
+                Some(LiveFacts {
+                    pgid: 200,
+                    ..live(201)
+                }),
+                true,
+                Some("not_group_leader"),
+            ),
+            (
+                "dead leader, no record",
+                200,
+                None,
+                None,
+                true,
+                Some("identity_missing"),
+            ),
+            (
+                "dead leader, empty group",
+                200,
+                Some(rec(200)),
+                None,
+                false,
+                Some("identity_missing"),
+            ),
+            (
+                "dead leader, populated",
+                200,
+                Some(rec(200)),
+                None,
+                true,
+                Some("leader_not_pinned"),
+            ),
+            (
+                "dead non-leader record",
+                200,
+                Some(Identity {
+                    pgid: 300,
+                    ..rec(200)
+                }),
+                None,
+                true,
+                Some("not_group_leader"),
+            ),
+            (
+                "reused leader",
+                200,
+                Some(rec(200)),
+                Some(LiveFacts {
+                    starttime: 1,
+                    ..live(200)
+                }),
+                true,
+                Some("starttime_mismatch"),
+            ),
+        ];
+        for (name, pgid, r, l, populated, want) in cases {
+            let got = check_group(&m, pgid, r.as_ref(), l.as_ref(), populated)
+                .err()
+                .map(|r| r.code());
+            assert_eq!(got, want, "{name}");
+        }
+    }
+}

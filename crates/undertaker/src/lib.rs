@@ -1,0 +1,109 @@
+//! undertaker: guard the process trees a program spawns.
+//!
+//! The library holds the core: process identity, the refusal ladder, proof-carrying
+//! signals, escalation, and the guardian behind `undertaker run`. Linux mechanisms live
+//! in [`linux`]; everything else builds on any platform.
+#![deny(unsafe_code)]
+
+pub mod duration;
+pub mod identity;
+pub mod ladder;
+#[cfg(target_os = "linux")]
+pub mod linux;
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+/// Who the tree belongs to: when it is gone, the tree goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerSpec {
+    /// The process that started undertaker (default).
+    Parent,
+    /// An explicit process, for hosts that start undertaker through a shell.
+    Pid(i32),
+    /// An inherited pipe read end: end of file means the owner is gone.
+    Fd(i32),
+}
+
+/// Containment mechanism for a tree (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Auto,
+    Cgroup,
+    Pidns,
+    Subreaper,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Auto => "auto",
+            Tier::Cgroup => "cgroup",
+            Tier::Pidns => "pidns",
+            Tier::Subreaper => "subreaper",
+        }
+    }
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub command: Vec<OsString>,
+    pub label: Option<String>,
+    pub grace: Duration,
+    pub owner: OwnerSpec,
+    pub tier: Tier,
+}
+
+/// Why `undertaker run` could not guard the command. Each maps to an exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("owner already gone ({0}); the command was not started")]
+    OwnerGone(String),
+    #[error("tier {tier} unavailable: {why}")]
+    TierUnavailable { tier: Tier, why: String },
+    #[error("could not guard the command: {0}")]
+    Setup(String),
+    #[error("{0}: command not found")]
+    NotFound(String),
+    #[error("{0}: not executable: {1}")]
+    NotExecutable(String, String),
+    #[error("undertaker run is not supported on this platform yet")]
+    Unsupported,
+}
+
+impl RunError {
+    /// Exit status, as DESIGN §5 and a shell use them.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::Usage(_) => 2,
+            RunError::NotFound(_) => 127,
+            RunError::NotExecutable(..) => 126,
+            RunError::OwnerGone(_)
+            | RunError::TierUnavailable { .. }
+            | RunError::Setup(_)
+            | RunError::Unsupported => 125,
+        }
+    }
+}
+
+/// Runs `opts.command` under guard; returns the status undertaker should exit with.
+pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::guardian::run(opts)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = opts;
+        Err(RunError::Unsupported)
+    }
+}

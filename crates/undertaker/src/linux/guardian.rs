@@ -1,0 +1,399 @@
+//! `undertaker run`: start CMD, watch it and its owner, tear the whole tree down.
+//!
+//! One thread, one poll loop over a signalfd, CMD's pidfd and the owner's pidfd or
+//! pipe. The guardian is a child subreaper, so every descendant that escapes by
+//! double-forking is reparented here and stays provable as our descendant.
+
+use super::procfs::Procfs;
+use super::signal::{pidfd_exited, Signaller};
+use super::sys::{self, BlockedSignals};
+use super::teardown::{prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource};
+use crate::identity::{TreeId, TREE_MARKER};
+use crate::{OwnerSpec, RunError, RunOptions, Tier};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
+use std::os::unix::process::CommandExt;
+use std::time::{Duration, Instant};
+
+/// Signals forwarded to CMD unchanged (DESIGN §5).
+const FORWARDED: [i32; 6] = [
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+];
+
+/// How long SIGKILLed members may take to disappear before they count as stuck.
+const KILL_CAP: Duration = Duration::from_secs(5);
+
+/// Why the tree is being torn down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    CommandExited,
+    OwnerDied,
+    Terminated,
+}
+
+enum Owner {
+    /// We are PID 1 of a namespace: nobody above us to outlive.
+    None,
+    Process {
+        fd: OwnedFd,
+        pid: i32,
+    },
+    Pipe {
+        fd: OwnedFd,
+    },
+}
+
+impl Owner {
+    fn resolve(spec: &OwnerSpec) -> Result<Self, RunError> {
+        match *spec {
+            OwnerSpec::Parent => {
+                let ppid = rustix::process::getppid();
+                let Some(ppid) = ppid else {
+                    return Ok(Owner::None);
+                };
+                let fd = rustix::process::pidfd_open(ppid, PidfdFlags::empty()).map_err(|_| {
+                    RunError::OwnerGone(format!("parent {}", ppid.as_raw_nonzero()))
+                })?;
+                // Re-check after opening: if the parent died first we were reparented
+                // and would be watching a stranger.
+                if rustix::process::getppid() != Some(ppid) || pidfd_exited(fd.as_fd()) {
+                    return Err(RunError::OwnerGone(format!(
+                        "parent {}",
+                        ppid.as_raw_nonzero()
+                    )));
+                }
+                Ok(Owner::Process {
+                    fd,
+                    pid: ppid.as_raw_nonzero().get(),
+                })
+            }
+            OwnerSpec::Pid(pid) => {
+                let raw = Pid::from_raw(pid)
+                    .ok_or_else(|| RunError::Usage(format!("invalid owner pid {pid}")))?;
+                let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
+                    .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?;
+                if pidfd_exited(fd.as_fd()) {
+                    return Err(RunError::OwnerGone(format!("pid {pid}")));
+                }
+                Ok(Owner::Process { fd, pid })
+            }
+            OwnerSpec::Fd(n) => {
+                let fd = sys::take_inherited_fd(n)
+                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
+                rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK)
+                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
+                let mut owner = Owner::Pipe { fd };
+                if owner.gone() {
+                    return Err(RunError::OwnerGone(format!("fd {n} is at end of file")));
+                }
+                Ok(owner)
+            }
+        }
+    }
+
+    fn poll_fd(&self) -> Option<PollFd<'_>> {
+        match self {
+            Owner::None => None,
+            Owner::Process { fd, .. } => Some(PollFd::new(fd, PollFlags::IN)),
+            Owner::Pipe { fd } => Some(PollFd::new(fd, PollFlags::IN)),
+        }
+    }
+
+    /// True once the owner is provably gone. Data on the pipe is drained and ignored.
+    fn gone(&mut self) -> bool {
+        match self {
+            Owner::None => false,
+            Owner::Process { fd, .. } => pidfd_exited(fd.as_fd()),
+            Owner::Pipe { fd } => {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match rustix::io::read(&*fd, &mut buf) {
+                        Ok(0) => return true,
+                        Ok(_) => continue,
+                        Err(rustix::io::Errno::AGAIN) => return false,
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(_) => return true,
+                    }
+                }
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Owner::None => "none".into(),
+            Owner::Process { pid, .. } => format!("pid {pid}"),
+            Owner::Pipe { .. } => "pipe".into(),
+        }
+    }
+}
+
+/// Exit status of CMD, kept as a shell would report it.
+fn shell_status(status: &rustix::process::WaitIdStatus) -> Option<i32> {
+    if let Some(code) = status.exit_status() {
+        return Some(code & 0xff);
+    }
+    status.terminating_signal().map(|sig| 128 + sig)
+}
+
+/// Everything the guardian owns while CMD runs.
+struct Guardian {
+    signals: BlockedSignals,
+    signaller: Signaller,
+    root_pid: i32,
+    root_fd: OwnedFd,
+    root_status: Option<i32>,
+    no_children: bool,
+}
+
+impl Guardian {
+    /// Collects CMD's status (through its pidfd, so it is never confused with a
+    /// recycled pid) and reaps every other zombie that was reparented to us.
+    fn reap(&mut self) {
+        if self.root_status.is_none() {
+            if let Ok(Some(st)) = rustix::process::waitid(
+                WaitId::PidFd(self.root_fd.as_fd()),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+            ) {
+                self.root_status = shell_status(&st);
+            }
+        }
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some((pid, st))) => {
+                    // CMD was unreaped until this very call, so its number is its own.
+                    if pid.as_raw_nonzero().get() == self.root_pid && self.root_status.is_none() {
+                        self.root_status = st
+                            .exit_status()
+                            .map(|c| c & 0xff)
+                            .or_else(|| st.terminating_signal().map(|s| 128 + s));
+                    }
+                }
+                Ok(None) => {
+                    self.no_children = false;
+                    return;
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::CHILD) => {
+                    self.no_children = true;
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Forwards a signal to CMD through its pidfd (our unreaped child: its number
+    /// cannot have been reused).
+    fn forward(&self, sig: i32) {
+        if self.root_status.is_some() {
+            return;
+        }
+        if let Some(sig) = Signal::from_named_raw(sig) {
+            let _ = self.signaller.signal_own_child(self.root_fd.as_fd(), sig);
+        }
+    }
+}
+
+impl TreeSource for Guardian {
+    fn members(
+        &mut self,
+        signaller: &Signaller,
+    ) -> (
+        Vec<super::signal::ProvenProcess>,
+        Vec<(i32, crate::ladder::Refusal)>,
+    ) {
+        self.reap();
+        prove_descendants(signaller)
+    }
+
+    fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
+        let now = Instant::now();
+        if now < deadline {
+            let timeout = deadline - now;
+            let ts = rustix::time::Timespec {
+                tv_sec: timeout.as_secs() as i64,
+                tv_nsec: timeout.subsec_nanos() as i64,
+            };
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watch.len() + 1);
+            let sfd = self.signals.fd();
+            fds.push(PollFd::new(&sfd, PollFlags::IN));
+            let pidfds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
+            for fd in &pidfds {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+            }
+            let _ = poll(&mut fds, Some(&ts));
+        }
+        let _ = self.signals.drain();
+        self.reap();
+    }
+
+    fn is_empty(&mut self) -> bool {
+        self.reap();
+        self.no_children
+    }
+}
+
+/// Runs CMD under guard and returns the exit status undertaker should exit with.
+pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    match opts.tier {
+        Tier::Auto | Tier::Subreaper => {}
+        other => {
+            return Err(RunError::TierUnavailable {
+                tier: other,
+                why: "not implemented in this build".into(),
+            })
+        }
+    }
+    let procfs = Procfs::new();
+    let mut owner = Owner::resolve(&opts.owner)?;
+    let signaller = Signaller::for_current_process(procfs.clone())
+        .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
+    let boot_id = signaller.me().boot_id.clone();
+    let mut random = [0u8; 12];
+    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
+        .map_err(|e| RunError::Setup(format!("getrandom: {e}")))?;
+    let tree = TreeId::generate(&boot_id, random);
+
+    let nofile = raise_fd_limit();
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+
+    let mut blocked: Vec<i32> = FORWARDED.to_vec();
+    blocked.extend([libc::SIGCHLD, libc::SIGTERM]);
+    let signals =
+        BlockedSignals::new(&blocked).map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
+
+    // Last check before starting anything: a dead owner means CMD must never run.
+    if owner.gone() {
+        return Err(RunError::OwnerGone(owner.describe()));
+    }
+
+    let (program, args) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RunError::Usage("no command given".into()))?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env(TREE_MARKER, tree.as_str())
+        .process_group(0);
+    sys::install_child_setup(&mut cmd, signaller.me().pgrp, nofile);
+    let child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
+    let root_pid = child.id() as i32;
+    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
+    let root_fd = rustix::process::pidfd_open(
+        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
+        PidfdFlags::empty(),
+    )
+    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
+    drop(child);
+    tracing::debug!(tree = %tree, root_pid, owner = %owner.describe(), label = ?opts.label, "guarding");
+
+    let mut guardian = Guardian {
+        signals,
+        signaller,
+        root_pid,
+        root_fd,
+        root_status: None,
+        no_children: false,
+    };
+
+    let cause = loop {
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
+        let sfd = guardian.signals.fd();
+        fds.push(PollFd::new(&sfd, PollFlags::IN));
+        fds.push(PollFd::new(&guardian.root_fd, PollFlags::IN));
+        if let Some(p) = owner.poll_fd() {
+            fds.push(p);
+        }
+        match poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}; tearing down");
+                break Cause::Terminated;
+            }
+        }
+        drop(fds);
+        let mut terminate = false;
+        for sig in guardian.signals.drain().unwrap_or_default() {
+            match sig {
+                libc::SIGCHLD => {}
+                libc::SIGTERM => terminate = true,
+                other => guardian.forward(other),
+            }
+        }
+        guardian.reap();
+        if terminate {
+            break Cause::Terminated;
+        }
+        if guardian.root_status.is_some() || pidfd_exited(guardian.root_fd.as_fd()) {
+            break Cause::CommandExited;
+        }
+        if owner.gone() {
+            break Cause::OwnerDied;
+        }
+    };
+    tracing::debug!(?cause, "tearing down tree {tree}");
+    sys::reclaim_foreground(guardian.signaller.me().pgrp);
+
+    let report = teardown(&mut guardian, opts.grace);
+    if !report.empty {
+        tracing::warn!(
+            stuck = report.count(super::teardown::Outcome::Stuck),
+            "tree {tree} not empty after teardown"
+        );
+    }
+    guardian.reap();
+    // Only a CMD stuck in the kernel past the kill cap leaves no status to report.
+    Ok(guardian.root_status.unwrap_or(125))
+}
+
+fn teardown(guardian: &mut Guardian, grace: Duration) -> TeardownReport {
+    let escalation = Escalation {
+        grace,
+        kill_cap: KILL_CAP,
+    };
+    let signaller = guardian.signaller.clone();
+    let mut log = |event: AuditEvent| match &event {
+        AuditEvent::Signal { target, signal, .. } => {
+            tracing::debug!(pid = target.pid, signal, "signalled")
+        }
+        AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
+    };
+    escalation.run(&signaller, guardian, &mut log)
+}
+
+fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {
+    let name = program.to_string_lossy().into_owned();
+    match e.kind() {
+        std::io::ErrorKind::NotFound => RunError::NotFound(name),
+        std::io::ErrorKind::PermissionDenied => RunError::NotExecutable(name, e.to_string()),
+        _ if e.raw_os_error() == Some(libc::ENOEXEC) => {
+            RunError::NotExecutable(name, e.to_string())
+        }
+        _ => RunError::Setup(format!("could not start {name}: {e}")),
+    }
+}
+
+/// Teardown holds one pidfd per member, so a tree of thousands must not hit the soft
+/// RLIMIT_NOFILE of 1024. Returns the original soft limit, which CMD gets back.
+fn raise_fd_limit() -> Option<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    let original = lim.current;
+    if let (Some(max), Some(cur)) = (lim.maximum, lim.current) {
+        if cur < max {
+            lim.current = Some(max.min(1 << 20));
+            if setrlimit(Resource::Nofile, lim).is_ok() {
+                return original;
+            }
+        }
+    }
+    None
+}

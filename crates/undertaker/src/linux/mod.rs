@@ -1,0 +1,8 @@
+//! Everything Linux-specific. Other platforms add a sibling module; the core types
+//! (identity, ladder, options) do not change.
+
+pub mod guardian;
+pub mod procfs;
+pub mod signal;
+pub(crate) mod sys;
+pub mod teardown;

@@ -1,0 +1,342 @@
+//! The only code in undertaker that delivers signals.
+//!
+//! A signal needs a [`ProvenProcess`]: a pidfd opened *before* the identity was read,
+//! plus the evidence that ties that identity to a guarded tree. Signals then go
+//! through the pidfd, so a process that exits after the proof was made yields
+//! "already gone" instead of hitting whoever reuses its number. Everything that cannot
+//! be proven comes back as a typed [`Refusal`].
+
+use super::procfs::{ProcError, Procfs};
+use super::sys;
+use crate::identity::{Identity, TreeId, TREE_MARKER};
+use crate::ladder::{self, LiveFacts, Refusal, SelfFacts};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::process::{Pid, PidfdFlags, Signal};
+use serde::Serialize;
+
+/// How membership in a tree was established. Written to the audit log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Proof {
+    /// Its parent, read after the pidfd was opened, is a proven member (or us) that
+    /// was still alive afterwards: a structural fact the kernel maintains.
+    Descendant { parent: i32 },
+    /// It carries the tree's unique marker, has our uid and started after the tree.
+    Marker { tree: TreeId },
+    /// It matches a recorded identity (pid, starttime, pgid, uid, boot).
+    Snapshot,
+}
+
+impl Proof {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Proof::Descendant { .. } => "pidfd+descendant",
+            Proof::Marker { .. } => "pidfd+marker",
+            Proof::Snapshot => "pidfd+snapshot",
+        }
+    }
+}
+
+/// A process we hold a pidfd to and have proven to be a member of a guarded tree.
+#[derive(Debug)]
+pub struct ProvenProcess {
+    fd: OwnedFd,
+    pub identity: Identity,
+    pub ppid: i32,
+    pub state: char,
+    pub proof: Proof,
+}
+
+impl ProvenProcess {
+    pub fn pid(&self) -> i32 {
+        self.identity.pid
+    }
+
+    pub fn pidfd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// True once the process has exited (zombie or reaped): its pidfd polls readable.
+    pub fn has_exited(&self) -> bool {
+        pidfd_exited(self.fd.as_fd())
+    }
+}
+
+/// Why a candidate was not proven: it is gone (nothing to do), or it was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotProven {
+    Gone,
+    Refused(Refusal),
+}
+
+impl From<Refusal> for NotProven {
+    fn from(r: Refusal) -> Self {
+        NotProven::Refused(r)
+    }
+}
+
+/// Result of a delivery attempt that passed every check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    Delivered,
+    /// The pidfd's process had already exited: nobody received the signal.
+    AlreadyGone,
+}
+
+pub fn pidfd_exited(fd: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    match poll(&mut fds, Some(&zero)) {
+        Ok(n) => n > 0,
+        Err(_) => false,
+    }
+}
+
+/// Gathers proofs and delivers signals on behalf of one undertaker process.
+#[derive(Debug, Clone)]
+pub struct Signaller {
+    me: SelfFacts,
+    procfs: Procfs,
+}
+
+impl Signaller {
+    /// Reads our own pid, real process group, uid, ancestors and boot id from /proc.
+    pub fn for_current_process(procfs: Procfs) -> Result<Self, ProcError> {
+        let pid = std::process::id() as i32;
+        let stat = procfs.stat(pid)?;
+        let uid = procfs.real_uid(pid)?;
+        let mut ancestors = Vec::new();
+        let mut cursor = stat.ppid;
+        while cursor > 0 && ancestors.len() < 4096 {
+            ancestors.push(cursor);
+            match procfs.stat(cursor) {
+                Ok(s) => cursor = s.ppid,
+                Err(_) => break,
+            }
+        }
+        let boot_id = procfs.boot_id()?;
+        Ok(Self {
+            me: SelfFacts {
+                pid,
+                pgrp: stat.pgrp,
+                uid,
+                ancestors,
+                boot_id,
+            },
+            procfs,
+        })
+    }
+
+    pub fn me(&self) -> &SelfFacts {
+        &self.me
+    }
+
+    pub fn procfs(&self) -> &Procfs {
+        &self.procfs
+    }
+
+    /// Opens a pidfd for `pid`, then reads its identity. The order matters: the
+    /// identity read afterwards can be trusted once the pidfd is seen still alive.
+    fn open_then_read(&self, pid: i32) -> Result<(OwnedFd, LiveFacts, Identity, char), NotProven> {
+        ladder::check_pid(&self.me, pid)?;
+        let raw = Pid::from_raw(pid).ok_or(Refusal::InvalidPid { pid })?;
+        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| {
+            if e == rustix::io::Errno::SRCH {
+                NotProven::Gone
+            } else {
+                NotProven::Refused(Refusal::IdentityMissing { pid })
+            }
+        })?;
+        let stat = self.procfs.stat(pid).map_err(|_| NotProven::Gone)?;
+        let (ppid, uid) = match sys::pidfd_get_info(fd.as_fd()) {
+            Ok(Some(info)) => (info.ppid, info.ruid),
+            Ok(None) => (
+                stat.ppid,
+                self.procfs.real_uid(pid).map_err(|_| NotProven::Gone)?,
+            ),
+            Err(_) => return Err(NotProven::Gone),
+        };
+        // Still alive after the reads: the /proc data described the pidfd's process.
+        if pidfd_exited(fd.as_fd()) {
+            return Err(NotProven::Gone);
+        }
+        let live = LiveFacts {
+            pid,
+            ppid,
+            pgid: stat.pgrp,
+            uid,
+            starttime: stat.starttime,
+        };
+        let identity = Identity {
+            boot_id: self.me.boot_id.clone(),
+            pid,
+            starttime: stat.starttime,
+            pgid: stat.pgrp,
+            sid: stat.session,
+            uid,
+            pidfs_inode: sys_pidfs_inode(fd.as_fd()),
+        };
+        Ok((fd, live, identity, stat.state))
+    }
+
+    /// Proves `pid` is a child of `parent` (`None` = of this process).
+    pub fn prove_child(
+        &self,
+        parent: Option<&ProvenProcess>,
+        pid: i32,
+    ) -> Result<ProvenProcess, NotProven> {
+        let (fd, live, identity, state) = self.open_then_read(pid)?;
+        let parent_pid = parent.map_or(self.me.pid, |p| p.pid());
+        if live.ppid != parent_pid {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: format!("parent is {}, not {parent_pid}", live.ppid),
+            }
+            .into());
+        }
+        // The parent must have held its number the whole time for ppid to mean it.
+        if parent.is_some_and(|p| p.has_exited()) {
+            return Err(NotProven::Gone);
+        }
+        ladder::check_process(&self.me, &live, None)?;
+        Ok(ProvenProcess {
+            fd,
+            identity,
+            ppid: live.ppid,
+            state,
+            proof: Proof::Descendant { parent: parent_pid },
+        })
+    }
+
+    /// Proves `pid` carries `tree`'s marker, has our uid and did not start before
+    /// `not_before` (the tree's own starttime).
+    pub fn prove_by_marker(
+        &self,
+        pid: i32,
+        tree: &TreeId,
+        not_before: u64,
+    ) -> Result<ProvenProcess, NotProven> {
+        let (fd, live, identity, state) = self.open_then_read(pid)?;
+        ladder::check_process(&self.me, &live, None)?;
+        if live.starttime < not_before {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: "started before the tree".into(),
+            }
+            .into());
+        }
+        let marker = self
+            .procfs
+            .environ_value(pid, TREE_MARKER)
+            .map_err(|_| NotProven::Gone)?;
+        if marker.as_deref() != Some(tree.as_str().as_bytes()) {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: "no tree marker".into(),
+            }
+            .into());
+        }
+        if pidfd_exited(fd.as_fd()) {
+            return Err(NotProven::Gone);
+        }
+        Ok(ProvenProcess {
+            fd,
+            identity,
+            ppid: live.ppid,
+            state,
+            proof: Proof::Marker { tree: tree.clone() },
+        })
+    }
+
+    /// Proves the live process at `expected.pid` is the one recorded in `expected`.
+    pub fn prove_by_snapshot(&self, expected: &Identity) -> Result<ProvenProcess, NotProven> {
+        if expected.boot_id != self.me.boot_id {
+            return Err(Refusal::OtherBoot {
+                recorded: expected.boot_id.clone(),
+                current: self.me.boot_id.clone(),
+            }
+            .into());
+        }
+        let (fd, live, identity, state) = self.open_then_read(expected.pid)?;
+        ladder::check_process(&self.me, &live, Some(expected))?;
+        if let (Some(want), Some(have)) = (expected.pidfs_inode, identity.pidfs_inode) {
+            if want != have {
+                return Err(Refusal::NotOurs {
+                    pid: expected.pid,
+                    why: "pidfs inode differs".into(),
+                }
+                .into());
+            }
+        }
+        Ok(ProvenProcess {
+            fd,
+            identity,
+            ppid: live.ppid,
+            state,
+            proof: Proof::Snapshot,
+        })
+    }
+
+    /// Sends `sig` to one proven process through its pidfd.
+    pub fn signal(&self, target: &ProvenProcess, sig: Signal) -> Result<Delivery, Refusal> {
+        ladder::check_pid(&self.me, target.pid())?;
+        match rustix::process::pidfd_send_signal(target.fd.as_fd(), sig) {
+            Ok(()) => Ok(Delivery::Delivered),
+            Err(rustix::io::Errno::SRCH) => Ok(Delivery::AlreadyGone),
+            Err(e) => Err(Refusal::NotOurs {
+                pid: target.pid(),
+                why: format!("kernel refused: {e}"),
+            }),
+        }
+    }
+
+    /// Sends `sig` to our own child through the pidfd opened before anything could
+    /// reap it: the number cannot have been reused while the child was unreaped.
+    pub fn signal_own_child(&self, child_pidfd: BorrowedFd<'_>, sig: Signal) -> Delivery {
+        match rustix::process::pidfd_send_signal(child_pidfd, sig) {
+            Ok(()) => Delivery::Delivered,
+            Err(_) => Delivery::AlreadyGone,
+        }
+    }
+
+    /// Sends `sig` to the process group a proven leader leads, through the leader's
+    /// pidfd (`PIDFD_SIGNAL_PROCESS_GROUP`, Linux ≥ 6.9): the kernel resolves the group
+    /// from the process, not from a number, so a recycled pgid cannot be hit. Older
+    /// kernels get `LeaderNotPinned`; callers then signal members one by one.
+    pub fn signal_group(&self, leader: &ProvenProcess, sig: Signal) -> Result<Delivery, Refusal> {
+        let pgid = leader.identity.pgid;
+        ladder::check_group(
+            &self.me,
+            pgid,
+            None,
+            Some(&LiveFacts {
+                pid: leader.pid(),
+                ppid: leader.ppid,
+                pgid,
+                uid: leader.identity.uid,
+                starttime: leader.identity.starttime,
+            }),
+            true,
+        )?;
+        match sys::pidfd_send_signal_to_group(leader.fd.as_fd(), sig.as_raw()) {
+            Ok(()) => Ok(Delivery::Delivered),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
+            Err(_) => Err(Refusal::LeaderNotPinned { pgid }),
+        }
+    }
+}
+
+fn sys_pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {
+    /// `PID_FS_MAGIC` from linux/magic.h: pidfds are pidfs inodes since Linux 6.9.
+    const PID_FS_MAGIC: i64 = 0x5049_4446;
+    let fs = rustix::fs::fstatfs(fd).ok()?;
+    if fs.f_type as i64 != PID_FS_MAGIC {
+        return None;
+    }
+    rustix::fs::fstat(fd).ok().map(|st| st.st_ino)
+}

@@ -1,0 +1,260 @@
+//! The only module with `unsafe`: the few kernel interfaces rustix does not wrap.
+//!
+//! Every function here is a thin, audited wrapper around one syscall or ioctl. Callers
+//! never see raw pointers; errors come back as `std::io::Error`.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).
+const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
+
+/// Sends `sig` to the process group whose id is the pid behind `pidfd`.
+///
+/// The kernel resolves the group from the pidfd's process, so a recycled number can
+/// never be hit. Fails with EINVAL on kernels before 6.9 and ESRCH if the group is empty.
+pub fn pidfd_send_signal_to_group(pidfd: BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    // SAFETY: plain syscall with a valid fd, a null siginfo (allowed) and a flag word.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            PIDFD_SIGNAL_PROCESS_GROUP,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// What `PIDFD_GET_INFO` reports about a pidfd's process (Linux 6.13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidfdInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub ruid: u32,
+    /// cgroup v2 id, when the kernel filled it in.
+    pub cgroup_id: Option<u64>,
+}
+
+/// Layout of `struct pidfd_info`, version 0 (64 bytes), from linux/pidfd.h.
+#[repr(C)]
+#[derive(Default)]
+struct RawPidfdInfo {
+    mask: u64,
+    cgroupid: u64,
+    pid: u32,
+    tgid: u32,
+    ppid: u32,
+    ruid: u32,
+    rgid: u32,
+    euid: u32,
+    egid: u32,
+    suid: u32,
+    sgid: u32,
+    fsuid: u32,
+    fsgid: u32,
+    exit_code: i32,
+}
+
+const PIDFD_INFO_PID: u64 = 1 << 0;
+const PIDFD_INFO_CREDS: u64 = 1 << 1;
+const PIDFD_INFO_CGROUPID: u64 = 1 << 2;
+/// `_IOWR(0xFF, 11, struct pidfd_info)` with the version-0 size.
+const PIDFD_GET_INFO: libc::c_ulong =
+    (3 << 30) | ((std::mem::size_of::<RawPidfdInfo>() as libc::c_ulong) << 16) | (0xFF << 8) | 11;
+
+/// Reads pid, ppid and real uid of a live pidfd's process atomically, without /proc.
+///
+/// `Ok(None)` when the kernel predates `PIDFD_GET_INFO`; ESRCH when the process is gone.
+pub fn pidfd_get_info(pidfd: BorrowedFd<'_>) -> io::Result<Option<PidfdInfo>> {
+    let mut raw = RawPidfdInfo {
+        mask: PIDFD_INFO_PID | PIDFD_INFO_CREDS | PIDFD_INFO_CGROUPID,
+        ..Default::default()
+    };
+    // SAFETY: the ioctl writes at most size_of::<RawPidfdInfo>() bytes (encoded in the
+    // request number) into `raw`, which lives for the whole call.
+    let rc = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO as _,
+            &mut raw as *mut RawPidfdInfo,
+        )
+    };
+    if rc != 0 {
+        let err = io::Error::last_os_error();
+        return match err.raw_os_error() {
+            Some(libc::ENOTTY) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => Ok(None),
+            _ => Err(err),
+        };
+    }
+    if raw.mask & PIDFD_INFO_PID == 0 || raw.mask & PIDFD_INFO_CREDS == 0 {
+        return Ok(None);
+    }
+    Ok(Some(PidfdInfo {
+        pid: raw.pid as i32,
+        ppid: raw.ppid as i32,
+        ruid: raw.ruid,
+        cgroup_id: (raw.mask & PIDFD_INFO_CGROUPID != 0).then_some(raw.cgroupid),
+    }))
+}
+
+/// The signals the guardian consumes through a signalfd instead of handlers.
+pub struct BlockedSignals {
+    previous: libc::sigset_t,
+    fd: OwnedFd,
+}
+
+impl BlockedSignals {
+    /// Blocks `signals` for this thread and opens a non-blocking, close-on-exec
+    /// signalfd for them. Children get an empty mask back from std's spawn.
+    pub fn new(signals: &[i32]) -> io::Result<Self> {
+        // SAFETY: sigset_t is plain data initialised by sigemptyset before use; the
+        // pointers passed are to locals that outlive the calls.
+        unsafe {
+            let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(set.as_mut_ptr());
+            let mut set = set.assume_init();
+            for &sig in signals {
+                if libc::sigaddset(&mut set, sig) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
+            let rc = libc::pthread_sigmask(libc::SIG_BLOCK, &set, previous.as_mut_ptr());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            let previous = previous.assume_init();
+            let raw = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
+            if raw < 0 {
+                let err = io::Error::last_os_error();
+                libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+                return Err(err);
+            }
+            Ok(Self {
+                previous,
+                fd: OwnedFd::from_raw_fd(raw),
+            })
+        }
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
+    /// Reads every pending signal number without blocking.
+    pub fn drain(&self) -> io::Result<Vec<i32>> {
+        let mut out = Vec::new();
+        loop {
+            let mut info = MaybeUninit::<libc::signalfd_siginfo>::uninit();
+            let size = std::mem::size_of::<libc::signalfd_siginfo>();
+            // SAFETY: reads at most `size` bytes into `info`, which is exactly that big.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), info.as_mut_ptr().cast(), size) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::WouldBlock {
+                    return Ok(out);
+                }
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if n as usize != size {
+                return Ok(out);
+            }
+            // SAFETY: the kernel filled the whole struct (n == size).
+            let info = unsafe { info.assume_init() };
+            out.push(info.ssi_signo as i32);
+        }
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Runs in the forked child before exec. Restores the soft RLIMIT_NOFILE the guardian
+/// raised for itself (`nofile_soft`), and, when stdin is a terminal whose foreground
+/// group was the guardian's, hands the terminal to the child's new group so
+/// interactive commands can read it (what tini does). SIGTTOU is blocked around the
+/// call because a background group may not otherwise change the foreground group.
+pub fn install_child_setup(
+    cmd: &mut std::process::Command,
+    guardian_pgrp: i32,
+    nofile_soft: Option<u64>,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure only makes async-signal-safe syscalls (getrlimit,
+    // setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid), allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(soft) = nofile_soft {
+                let mut lim = MaybeUninit::<libc::rlimit>::uninit();
+                if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {
+                    let mut lim = lim.assume_init();
+                    lim.rlim_cur = soft as libc::rlim_t;
+                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+                }
+            }
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
+                let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+                libc::sigemptyset(set.as_mut_ptr());
+                let mut set = set.assume_init();
+                libc::sigaddset(&mut set, libc::SIGTTOU);
+                let mut old = MaybeUninit::<libc::sigset_t>::uninit();
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Takes the terminal back for `pgrp` (the guardian's own group) after the child's
+/// group handed it over; SIGTTOU is blocked in the guardian already when this runs.
+pub fn reclaim_foreground(pgrp: i32) {
+    // SAFETY: plain syscalls on fd 0.
+    unsafe {
+        if libc::isatty(0) == 1 {
+            let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(set.as_mut_ptr());
+            let mut set = set.assume_init();
+            libc::sigaddset(&mut set, libc::SIGTTOU);
+            let mut old = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
+            libc::tcsetpgrp(0, pgrp);
+            libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+        }
+    }
+}
+
+/// Borrows a raw fd number the caller was told to watch (`--owner-fd N`), after
+/// checking it is open. The returned fd is owned: the guardian becomes its only user.
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only inspects the descriptor table.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd is open (checked above) and nothing else in this process owns it:
+    // it was inherited and is named only by the command line.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Keep it away from CMD: the tree must not hold the owner's pipe.
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
+    Ok(owned)
+}
