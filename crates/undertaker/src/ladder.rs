@@ -278,6 +278,16 @@ mod tests {
         }
     }
 
+    /// name, pgid, recorded leader, live leader, group populated, expected refusal code
+    type GroupCase = (
+        &'static str,
+        i32,
+        Option<Identity>,
+        Option<LiveFacts>,
+        bool,
+        Option<&'static str>,
+    );
+
     #[test]
     fn group_rungs_table() {
         let m = me();

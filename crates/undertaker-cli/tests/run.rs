@@ -1,0 +1,441 @@
+//! `undertaker run` end to end, with real processes and real `kill -9`.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn status_of(args: &[&str]) -> i32 {
+    undertaker()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .code()
+        .expect("undertaker exited by signal")
+}
+
+#[test]
+fn every_exit_code_passes_through() {
+    // One guardian per code would take a while; a shell loop inside one test keeps
+    // it to 256 short runs.
+    for code in 0..=255 {
+        let got = status_of(&["run", "--", "sh", "-c", &format!("exit {code}")]);
+        assert_eq!(got, code, "exit {code}");
+    }
+}
+
+#[test]
+fn death_by_signal_is_128_plus_n() {
+    for (name, n) in [("KILL", 9), ("USR1", 10), ("SEGV", 11), ("TERM", 15)] {
+        let got = status_of(&["run", "--", "sh", "-c", &format!("kill -{name} $$")]);
+        assert_eq!(got, 128 + n, "SIG{name}");
+    }
+}
+
+#[test]
+fn not_found_not_executable_and_usage() {
+    assert_eq!(
+        status_of(&["run", "--", "/nonexistent/undertaker-cmd"]),
+        127
+    );
+    assert_eq!(status_of(&["run", "--", "/etc/hostname"]), 126);
+    assert_eq!(status_of(&["run"]), 2);
+    assert_eq!(status_of(&["run", "--grace", "soon", "--", "true"]), 2);
+    assert_eq!(status_of(&["run", "--owner", "-3", "--", "true"]), 2);
+    assert_eq!(
+        status_of(&["run", "--owner", "1", "--owner-fd", "0", "--", "true"]),
+        2
+    );
+    assert_eq!(status_of(&["no-such-subcommand"]), 2);
+    // Bad input never half-acts: a closed fd is a usage error, not a guard of nothing.
+    assert_eq!(status_of(&["run", "--owner-fd", "987", "--", "true"]), 2);
+}
+
+#[test]
+fn errors_are_one_line() {
+    let out = undertaker()
+        .args(["run", "--", "/nonexistent/undertaker-cmd"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("command not found"), "{err}");
+}
+
+#[test]
+fn dead_owner_means_cmd_never_runs() {
+    let scratch = Scratch::new("owner");
+    let marker = scratch.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+
+    // --owner-fd: a pipe whose write end is already closed.
+    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    drop(write_end);
+    let fd = {
+        use std::os::fd::AsRawFd;
+        read_end.as_raw_fd()
+    };
+    rustix::io::fcntl_setfd(&read_end, rustix::io::FdFlags::empty()).unwrap();
+    let code = undertaker()
+        .args([
+            "run",
+            "--owner-fd",
+            &fd.to_string(),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ])
+        .status()
+        .unwrap()
+        .code();
+    assert_eq!(code, Some(125));
+
+    // --owner PID: a process that has exited and been reaped.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let code = undertaker()
+        .args([
+            "run",
+            "--owner",
+            &gone_pid.to_string(),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ])
+        .status()
+        .unwrap()
+        .code();
+    assert_eq!(code, Some(125));
+    assert!(!marker.exists(), "CMD ran although its owner was gone");
+}
+
+#[test]
+fn owner_fd_eof_tears_down() {
+    let scratch = Scratch::new("ownerfd");
+    let pids = scratch.path().join("pids");
+    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    rustix::io::fcntl_setfd(&read_end, rustix::io::FdFlags::empty()).unwrap();
+    let fd = {
+        use std::os::fd::AsRawFd;
+        read_end.as_raw_fd()
+    };
+    let mut guardian = undertaker()
+        .args([
+            "run",
+            "--grace",
+            "200ms",
+            "--owner-fd",
+            &fd.to_string(),
+            "--",
+        ])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "sleep 1000 & echo $! >> {0}; echo $$ >> {0}; wait",
+                pids.display()
+            ),
+        ])
+        .spawn()
+        .unwrap();
+    drop(read_end);
+    assert!(wait_until(Duration::from_secs(10), || read_lines(&pids)
+        .len()
+        == 2));
+    let tree: Vec<i32> = read_lines(&pids)
+        .iter()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    // Data on the pipe is not EOF: the guardian must keep going.
+    rustix::io::write(&write_end, b"still here\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(guardian.try_wait().unwrap().is_none());
+    drop(write_end);
+    let status = guardian.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "CMD should die of SIGTERM");
+    for pid in tree {
+        assert!(!alive(pid), "pid {pid} survived owner EOF");
+    }
+}
+
+#[test]
+fn stdio_is_byte_exact_for_100_mib() {
+    const TOTAL: usize = 100 << 20;
+    let mut child = undertaker()
+        .args(["run", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut sent = 0;
+        while sent < TOTAL {
+            for b in buf.iter_mut() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                *b = state as u8;
+            }
+            stdin.write_all(&buf).unwrap();
+            sent += buf.len();
+        }
+    });
+    let mut stdout = child.stdout.take().unwrap();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut received = 0usize;
+    loop {
+        let n = stdout.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            assert_eq!(b, state as u8, "byte {received} differs");
+            received += 1;
+        }
+    }
+    writer.join().unwrap();
+    assert_eq!(received, TOTAL);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn marker_is_set_and_cmd_leads_its_own_group() {
+    let out = undertaker()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $UNDERTAKER_TREE; cut -d' ' -f5 /proc/$$/stat; echo $$",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0].len(), 32, "tree id: {text}");
+    assert!(lines[0].bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(lines[1], lines[2], "CMD must lead its own process group");
+}
+
+#[test]
+fn signals_are_forwarded_to_cmd() {
+    let scratch = Scratch::new("fwd");
+    let log = scratch.path().join("signals");
+    let script = scratch.file(
+        "recorder.pl",
+        r#"
+my $out = shift;
+sub note { open(my $f, '>>', $out) or die; print $f "$_[0]\n"; close $f; }
+for my $s (qw(INT HUP QUIT USR1 USR2 WINCH)) { $SIG{$s} = sub { note($s); }; }
+$SIG{TERM} = sub { note('TERM'); exit 0; };
+note('ready');
+sleep 1000 while 1;
+"#,
+    );
+    let mut guardian = undertaker()
+        .args(["run", "--grace", "5s", "--", "perl"])
+        .arg(&script)
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || read_lines(&log)
+        .contains(&"ready".into())));
+    let gpid = rustix::process::Pid::from_raw(guardian.id() as i32).unwrap();
+    use rustix::process::{kill_process, Signal};
+    let sent = [
+        (Signal::INT, "INT"),
+        (Signal::HUP, "HUP"),
+        (Signal::QUIT, "QUIT"),
+        (Signal::USR1, "USR1"),
+        (Signal::USR2, "USR2"),
+        (Signal::WINCH, "WINCH"),
+    ];
+    for (sig, name) in sent {
+        // The guardian is our own unreaped child: its pid cannot be reused.
+        kill_process(gpid, sig).unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || read_lines(&log)
+                .contains(&name.into())),
+            "SIG{name} not forwarded"
+        );
+    }
+    assert!(
+        guardian.try_wait().unwrap().is_none(),
+        "guardian exited early"
+    );
+    kill_process(gpid, Signal::TERM).unwrap();
+    let status = guardian.wait().unwrap();
+    assert!(read_lines(&log).contains(&"TERM".into()));
+    assert_eq!(status.code(), Some(0), "CMD exited 0 from its TERM handler");
+}
+
+/// Starts the zoo under a guardian owned by a throwaway host shell, then kills the
+/// host with SIGKILL and checks nothing of the tree is left.
+#[test]
+fn owner_kill_9_leaves_no_survivor() {
+    if !isolate("owner_kill_9_leaves_no_survivor") {
+        return;
+    }
+    let scratch = Scratch::new("zoo");
+    let zoo = scratch.file("zoo.pl", ZOO);
+    let pids = scratch.path().join("pids");
+    let mut host = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} run --grace 300ms -- perl {} {} & wait",
+            UNDERTAKER,
+            zoo.display(),
+            pids.display()
+        ))
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || zoo_pids(&pids).len()
+            == ZOO_SIZE),
+        "zoo did not start: {:?}",
+        zoo_pids(&pids)
+    );
+    let before = live_processes_except_self();
+    assert!(before.len() >= ZOO_SIZE + 3, "{before:?}");
+    host.kill().unwrap(); // SIGKILL to our own child, the host
+    host.wait().unwrap();
+    let gone = wait_until(Duration::from_secs(2), || {
+        reap_zombies();
+        live_processes_except_self().is_empty()
+    });
+    let left: Vec<_> = live_processes_except_self()
+        .into_iter()
+        .map(|p| {
+            (
+                p,
+                std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(gone, "survivors 2 s after the owner's kill -9: {left:?}");
+}
+
+#[test]
+fn cmd_exit_tears_down_the_rest_before_returning() {
+    if !isolate("cmd_exit_tears_down_the_rest_before_returning") {
+        return;
+    }
+    let scratch = Scratch::new("mainexit");
+    let zoo = scratch.file("zoo.pl", ZOO);
+    let pids = scratch.path().join("pids");
+    let script = format!(
+        "perl {} {} & while [ $(wc -l < {} 2>/dev/null || echo 0) -lt {} ]; do sleep 0.05; done; exit 3",
+        zoo.display(),
+        pids.display(),
+        pids.display(),
+        ZOO_SIZE
+    );
+    let status = undertaker()
+        .args(["run", "--grace", "200ms", "--", "sh", "-c", &script])
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(3));
+    reap_zombies();
+    // The guardian waits for the whole tree before exiting: nothing may be left now.
+    let left = live_processes_except_self();
+    assert!(left.is_empty(), "left after undertaker returned: {left:?}");
+    assert_eq!(zoo_pids(&pids).len(), ZOO_SIZE);
+}
+
+#[test]
+fn sigterm_to_undertaker_tears_down_within_grace() {
+    if !isolate("sigterm_to_undertaker_tears_down_within_grace") {
+        return;
+    }
+    let scratch = Scratch::new("term");
+    let zoo = scratch.file("zoo.pl", ZOO);
+    let pids = scratch.path().join("pids");
+    let mut guardian = undertaker()
+        .args(["run", "--grace", "500ms", "--", "perl"])
+        .arg(&zoo)
+        .arg(&pids)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || zoo_pids(&pids)
+        .len()
+        == ZOO_SIZE));
+    let start = Instant::now();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let status = guardian.wait().unwrap();
+    let took = start.elapsed();
+    // The zoo's root perl has no TERM handler, so CMD dies of SIGTERM.
+    assert_eq!(status.code(), Some(128 + 15));
+    reap_zombies();
+    assert!(live_processes_except_self().is_empty());
+    // Generous bound: grace plus scheduling noise, never a speed verdict.
+    assert!(took < Duration::from_secs(5), "teardown took {took:?}");
+}
+
+/// After a tree member exits, a stranger takes its pid (and leads a group with that
+/// number). Tearing the tree down must not signal the stranger.
+#[test]
+fn decoy_with_recycled_pid_is_never_signalled() {
+    if !isolate("decoy_with_recycled_pid_is_never_signalled") {
+        return;
+    }
+    let scratch = Scratch::new("decoy");
+    let pids = scratch.path().join("pids");
+    // CMD starts a short-lived member and records its pid, then idles.
+    let script = format!(
+        "sh -c 'echo $$ > {0}.short; exec setsid true'; sleep 1000 & echo $! > {0}; wait",
+        pids.display()
+    );
+    let mut guardian = undertaker()
+        .args(["run", "--grace", "300ms", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let short = scratch.path().join("pids.short");
+    assert!(wait_until(Duration::from_secs(10), || pids.exists() && short.exists()));
+    let recycled: i32 = read_lines(&short)[0].parse().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || !alive(recycled)));
+    // Give the decoy the exited member's pid.
+    if let Err(e) = set_next_pid(recycled) {
+        skip(&format!("cannot write ns_last_pid: {e}"));
+        return;
+    }
+    let (mut decoy, decoy_log) = spawn_decoy(&scratch, "decoy.log");
+    assert_eq!(
+        decoy.id() as i32,
+        recycled,
+        "ns_last_pid did not hand out the pid"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    guardian.wait().unwrap();
+    assert!(alive(decoy.id() as i32), "decoy was killed");
+    assert_eq!(
+        read_lines(&decoy_log),
+        vec!["ready".to_string()],
+        "decoy got signals"
+    );
+    decoy.kill().unwrap();
+    decoy.wait().unwrap();
+}
