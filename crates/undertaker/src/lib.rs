@@ -10,6 +10,7 @@ pub mod identity;
 pub mod ladder;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod registry;
 
 use std::ffi::OsString;
 use std::time::Duration;
