@@ -60,6 +60,8 @@ pub struct RunOptions {
     pub grace: Duration,
     pub owner: OwnerSpec,
     pub tier: Tier,
+    /// Registry location; `None` = `$UNDERTAKER_STATE_DIR`, XDG state, `~/.local/state`.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// Why `undertaker run` could not guard the command. Each maps to an exit status.
