@@ -2,8 +2,32 @@
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use undertaker::{duration::parse_duration, OwnerSpec, RunOptions, Tier};
+
+#[cfg(target_os = "linux")]
+mod reconcile;
+#[cfg(not(target_os = "linux"))]
+mod reconcile {
+    //! The registry commands need Linux process primitives for now.
+    fn unsupported() -> i32 {
+        eprintln!("undertaker: this command is not supported on this platform yet");
+        125
+    }
+    pub fn cmd_ps(_: super::PsArgs, _: Option<std::path::PathBuf>) -> i32 {
+        unsupported()
+    }
+    pub fn cmd_sweep(_: super::SweepArgs, _: Option<std::path::PathBuf>) -> i32 {
+        unsupported()
+    }
+    pub fn cmd_kill(_: super::KillArgs, _: Option<std::path::PathBuf>) -> i32 {
+        unsupported()
+    }
+    pub fn cmd_log(_: super::LogArgs, _: Option<std::path::PathBuf>) -> i32 {
+        unsupported()
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -12,6 +36,10 @@ use undertaker::{duration::parse_duration, OwnerSpec, RunOptions, Tier};
     about = "Guard the process trees a program spawns: the whole tree dies with its owner, and nothing else is ever signalled."
 )]
 struct Cli {
+    /// Where the registry lives (default: $UNDERTAKER_STATE_DIR, else
+    /// $XDG_STATE_HOME/undertaker, else ~/.local/state/undertaker).
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -20,6 +48,14 @@ struct Cli {
 enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
+    /// List guarded trees.
+    Ps(PsArgs),
+    /// Finish the job of dead guardians: tear down their trees, with proof.
+    Sweep(SweepArgs),
+    /// Tear one tree down now.
+    Kill(KillArgs),
+    /// Show the audit log: every signal sent and every refusal, oldest first.
+    Log(LogArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -47,6 +83,51 @@ struct RunArgs {
         value_name = "CMD"
     )]
     command: Vec<OsString>,
+}
+
+#[derive(clap::Args, Debug)]
+struct PsArgs {
+    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    #[arg(long)]
+    json: bool,
+    /// Include finished trees.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct SweepArgs {
+    /// Signal nothing; print what would be signalled.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    #[arg(long)]
+    json: bool,
+    /// How long leftovers get between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "2s", value_parser = parse_grace)]
+    grace: std::time::Duration,
+}
+
+#[derive(clap::Args, Debug)]
+struct KillArgs {
+    /// Tree id, or a unique prefix of at least 4 characters.
+    tree: String,
+    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    #[arg(long)]
+    json: bool,
+    /// How long the tree gets between SIGTERM and SIGKILL when swept here.
+    #[arg(long, default_value = "2s", value_parser = parse_grace)]
+    grace: std::time::Duration,
+}
+
+#[derive(clap::Args, Debug)]
+struct LogArgs {
+    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    #[arg(long)]
+    json: bool,
+    /// Only this tree's entries (id or unique prefix of at least 4 characters).
+    #[arg(long, value_name = "TREE")]
+    tree: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -101,12 +182,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let code = match cli.command {
-        Command::Run(args) => cmd_run(args),
+        Command::Run(args) => cmd_run(args, cli.state_dir),
+        Command::Ps(args) => reconcile::cmd_ps(args, cli.state_dir),
+        Command::Sweep(args) => reconcile::cmd_sweep(args, cli.state_dir),
+        Command::Kill(args) => reconcile::cmd_kill(args, cli.state_dir),
+        Command::Log(args) => reconcile::cmd_log(args, cli.state_dir),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-fn cmd_run(args: RunArgs) -> i32 {
+fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     let owner = match (args.owner, args.owner_fd) {
         (Some(pid), _) => OwnerSpec::Pid(pid),
         (None, Some(fd)) => OwnerSpec::Fd(fd),
@@ -118,6 +203,7 @@ fn cmd_run(args: RunArgs) -> i32 {
         grace: args.grace,
         owner,
         tier: args.tier.into(),
+        state_dir,
     };
     match undertaker::run(&opts) {
         Ok(code) => code,

@@ -10,6 +10,7 @@ pub mod identity;
 pub mod ladder;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod registry;
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -59,6 +60,8 @@ pub struct RunOptions {
     pub grace: Duration,
     pub owner: OwnerSpec,
     pub tier: Tier,
+    /// Registry location; `None` = `$UNDERTAKER_STATE_DIR`, XDG state, `~/.local/state`.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 /// Why `undertaker run` could not guard the command. Each maps to an exit status.

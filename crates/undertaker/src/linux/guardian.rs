@@ -5,10 +5,12 @@
 //! double-forking is reparented here and stays provable as our descendant.
 
 use super::procfs::Procfs;
+use super::record::Recorder;
 use super::signal::{pidfd_exited, Signaller};
 use super::sys::{self, BlockedSignals};
 use super::teardown::{prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource};
 use crate::identity::{TreeId, TREE_MARKER};
+use crate::registry::OwnerRecord;
 use crate::{OwnerSpec, RunError, RunOptions, Tier};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
@@ -122,6 +124,22 @@ impl Owner {
                     }
                 }
             }
+        }
+    }
+
+    /// The owner as the registry records it, for `ps` and `sweep` to check later.
+    fn record(&self, spec: &OwnerSpec, procfs: &Procfs) -> OwnerRecord {
+        let (kind, pid) = match (self, spec) {
+            (Owner::None, _) => ("none", None),
+            (Owner::Pipe { .. }, _) => ("fd", None),
+            (Owner::Process { pid, .. }, OwnerSpec::Parent) => ("parent", Some(*pid)),
+            (Owner::Process { pid, .. }, _) => ("pid", Some(*pid)),
+        };
+        let starttime = pid.and_then(|p| procfs.stat(p).ok()).map(|s| s.starttime);
+        OwnerRecord {
+            kind: kind.into(),
+            pid,
+            starttime,
         }
     }
 
@@ -270,6 +288,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let signals =
         BlockedSignals::new(&blocked).map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
 
+    let owner_record = owner.record(&opts.owner, &procfs);
+    let mut recorder = Recorder::start(opts, &tree, "subreaper", &signaller, owner_record)?;
+
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
@@ -293,6 +314,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     )
     .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
     drop(child);
+    recorder.set_root(&procfs, root_pid);
     tracing::debug!(tree = %tree, root_pid, owner = %owner.describe(), label = ?opts.label, "guarding");
 
     let mut guardian = Guardian {
@@ -342,7 +364,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     tracing::debug!(?cause, "tearing down tree {tree}");
     sys::reclaim_foreground(guardian.signaller.me().pgrp);
 
-    let report = teardown(&mut guardian, opts.grace);
+    recorder.reaping();
+    let report = teardown(&mut guardian, opts.grace, &recorder);
     if !report.empty {
         tracing::warn!(
             stuck = report.count(super::teardown::Outcome::Stuck),
@@ -350,21 +373,25 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         );
     }
     guardian.reap();
+    recorder.finished(guardian.root_status);
     // Only a CMD stuck in the kernel past the kill cap leaves no status to report.
     Ok(guardian.root_status.unwrap_or(125))
 }
 
-fn teardown(guardian: &mut Guardian, grace: Duration) -> TeardownReport {
+fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> TeardownReport {
     let escalation = Escalation {
         grace,
         kill_cap: KILL_CAP,
     };
     let signaller = guardian.signaller.clone();
-    let mut log = |event: AuditEvent| match &event {
-        AuditEvent::Signal { target, signal, .. } => {
-            tracing::debug!(pid = target.pid, signal, "signalled")
+    let mut log = |event: AuditEvent| {
+        match &event {
+            AuditEvent::Signal { target, signal, .. } => {
+                tracing::debug!(pid = target.pid, signal, "signalled")
+            }
+            AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
         }
-        AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
+        recorder.audit(&event);
     };
     escalation.run(&signaller, guardian, &mut log)
 }

@@ -3,6 +3,8 @@
 
 pub mod guardian;
 pub mod procfs;
+pub mod reconcile;
+pub mod record;
 pub mod signal;
 pub(crate) mod sys;
 pub mod teardown;

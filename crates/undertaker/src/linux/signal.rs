@@ -179,7 +179,7 @@ impl Signaller {
             pgid: stat.pgrp,
             sid: stat.session,
             uid,
-            pidfs_inode: sys_pidfs_inode(fd.as_fd()),
+            pidfs_inode: pidfs_inode(fd.as_fd()),
         };
         Ok((fd, live, identity, stat.state))
     }
@@ -331,7 +331,7 @@ impl Signaller {
     }
 }
 
-fn sys_pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {
+pub(crate) fn pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {
     /// `PID_FS_MAGIC` from linux/magic.h: pidfds are pidfs inodes since Linux 6.9.
     const PID_FS_MAGIC: i64 = 0x5049_4446;
     let fs = rustix::fs::fstatfs(fd).ok()?;

@@ -198,10 +198,15 @@ pub fn install_child_setup(
     nofile_soft: Option<u64>,
 ) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure only makes async-signal-safe syscalls (getrlimit,
+    // SAFETY: the closure only makes async-signal-safe calls (sigemptyset, getrlimit,
     // setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid), allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // The guardian blocks the signals it reads through its signalfd; CMD must
+            // start with none blocked, or SIGTERM from teardown would never reach it.
+            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(none.as_mut_ptr());
+            libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
             if let Some(soft) = nofile_soft {
                 let mut lim = MaybeUninit::<libc::rlimit>::uninit();
                 if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {

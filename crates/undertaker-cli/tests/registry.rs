@@ -1,0 +1,320 @@
+//! The registry end to end: orphaned trees are found and swept with proof, decoys are
+//! never touched, and bad state (corrupt database, unsafe directory) is handled.
+
+mod support_registry;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+use support_registry::*;
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
+    if !in_private_pidns("killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive") {
+        return;
+    }
+    let tmp = TempDir::new("zoo");
+    let state = tmp.path().join("state");
+    let decoy_log = tmp.path().join("decoy-plain.log");
+    let decoy = spawn_decoy(&decoy_log);
+
+    let mut guardian = spawn_guarded(&state, "zoo", &zoo_script(tmp.path()), &[]);
+    assert!(
+        wait_for_file(&tmp.path().join("ready"), Duration::from_secs(20)),
+        "zoo never got ready"
+    );
+    let tree = find_tree(&state, "zoo", Duration::from_secs(5)).expect("tree recorded");
+    let id = tree["id"].as_str().unwrap().to_owned();
+    let members = survivors(&id);
+    assert!(members.len() >= 5, "zoo members: {members:?}");
+
+    guardian.kill().unwrap(); // SIGKILL, as a host's timeout code would
+    guardian.wait().unwrap();
+
+    // A decoy that takes the number of an exited member (pid reuse).
+    let exited: i32 = std::fs::read_to_string(tmp.path().join("exited.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", exited - 1)).unwrap();
+    let reuse_log = tmp.path().join("decoy-reuse.log");
+    let reuser = spawn_decoy(&reuse_log);
+    assert_eq!(reuser.id() as i32, exited, "decoy did not reuse the pid");
+
+    let ps = json(&ut(&state, &["ps", "--json"]));
+    let row = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id.as_str())
+        .expect("tree in ps")
+        .clone();
+    assert_eq!(row["state"], "orphaned", "{row}");
+    assert_eq!(row["guardian_alive"], false);
+    assert!(row["live_processes"].as_u64().unwrap() >= 5, "{row}");
+
+    // Dry run changes nothing.
+    let dry = ut(&state, &["sweep", "--dry-run", "--json"]);
+    assert_eq!(dry.status.code(), Some(1), "{}", stderr(&dry));
+    let dry = json(&dry);
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(survivors(&id).len(), members.len());
+    let ps = json(&ut(&state, &["ps", "--json"]));
+    assert_eq!(ps[0]["state"], "orphaned");
+    let log = json(&ut(&state, &["log", "--json"]));
+    assert_eq!(log.as_array().unwrap().len(), 0, "dry run wrote the log");
+
+    let swept = ut(&state, &["sweep", "--grace", "1s", "--json"]);
+    println!("sweep: {}", stdout(&swept));
+    assert_eq!(swept.status.code(), Some(0), "{}", stderr(&swept));
+    let report = json(&swept);
+    assert_eq!(report["left_alive"], 0);
+    assert_eq!(survivors(&id), Vec::<i32>::new());
+
+    // Decoys: alive and never signalled.
+    for (child, log) in [(&decoy, &decoy_log), (&reuser, &reuse_log)] {
+        assert!(alive(child.id() as i32), "decoy {} died", child.id());
+        let got = std::fs::read_to_string(log).unwrap_or_default();
+        assert!(got.is_empty(), "decoy {} got signals: {got}", child.id());
+    }
+
+    // Every signal is in the log with its proof; none hit a decoy.
+    let log = json(&ut(&state, &["log", "--json", "--tree", &id[..8]]));
+    let entries = log.as_array().unwrap();
+    let signalled: BTreeSet<i64> = entries
+        .iter()
+        .filter(|e| e["event"] == "signal")
+        .map(|e| {
+            assert_eq!(e["actor"], "sweep");
+            assert_eq!(e["proof"], "pidfd+marker", "{e}");
+            e["pid"].as_i64().unwrap()
+        })
+        .collect();
+    let expected: BTreeSet<i64> = members.iter().map(|&p| i64::from(p)).collect();
+    assert_eq!(signalled, expected);
+    assert!(!signalled.contains(&i64::from(decoy.id() as i32)));
+    assert!(!signalled.contains(&i64::from(exited)));
+
+    let ps = json(&ut(&state, &["ps", "--json", "--all"]));
+    assert_eq!(ps[0]["state"], "finished");
+    assert!(json(&ut(&state, &["ps", "--json"]))
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    for mut c in [decoy, reuser] {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+}
+
+#[test]
+fn corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works() {
+    if !in_private_pidns("corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works") {
+        return;
+    }
+    let tmp = TempDir::new("corrupt");
+    let state = tmp.path().join("state");
+    let script = format!(
+        "sleep 1000 & echo ready > {}/ready; wait",
+        tmp.path().display()
+    );
+    let mut guardian = spawn_guarded(&state, "doomed", &script, &[]);
+    assert!(wait_for_file(
+        &tmp.path().join("ready"),
+        Duration::from_secs(20)
+    ));
+    let id = find_tree(&state, "doomed", Duration::from_secs(5)).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    guardian.kill().unwrap();
+    guardian.wait().unwrap();
+    assert_eq!(survivors(&id).len(), 2);
+
+    let db = state.join("registry.db");
+    for side in ["registry.db-wal", "registry.db-shm"] {
+        let _ = std::fs::remove_file(state.join(side));
+    }
+    std::fs::write(&db, b"this is not a database, just garbage ".repeat(200)).unwrap();
+
+    let out = ut(&state, &["sweep", "--grace", "1s"]);
+    let err = stderr(&out);
+    println!("sweep stdout: {}\nstderr: {err}", stdout(&out));
+    assert!(
+        err.contains(&db.display().to_string()) && err.contains("corrupt"),
+        "{err}"
+    );
+    assert_eq!(
+        err.lines().filter(|l| l.contains("corrupt")).count(),
+        1,
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains(&id));
+    assert_eq!(survivors(&id), Vec::<i32>::new());
+    let moved: Vec<_> = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("registry.db.corrupt-")
+        })
+        .collect();
+    assert_eq!(moved.len(), 1);
+    // The fresh registry works and now holds the swept tree.
+    let ps = ut(&state, &["ps", "--json", "--all"]);
+    assert!(ps.status.success(), "{}", stderr(&ps));
+    assert_eq!(json(&ps)[0]["id"], id.as_str());
+}
+
+#[test]
+fn hundred_concurrent_runs_all_recorded_and_finished() {
+    let tmp = TempDir::new("hundred");
+    let state = tmp.path().join("state");
+    let children: Vec<_> = (0..100)
+        .map(|_| {
+            std::process::Command::new(BIN)
+                .arg("run")
+                .arg("--state-dir")
+                .arg(&state)
+                .args(["--", "true"])
+                .env_remove("UNDERTAKER_TREE")
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    }
+    let ps = json(&ut(&state, &["ps", "--json", "--all"]));
+    let rows = ps.as_array().unwrap();
+    assert_eq!(rows.len(), 100);
+    assert!(rows
+        .iter()
+        .all(|r| r["state"] == "finished" && r["exit_status"] == 0));
+}
+
+#[test]
+fn guardian_killed_before_spawn_is_found_and_finished() {
+    let tmp = TempDir::new("prespawn");
+    let state = tmp.path().join("state");
+    let mut guardian = spawn_guarded(
+        &state,
+        "never-started",
+        "exit 0",
+        &[("UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN", "30000")],
+    );
+    let row = find_tree(&state, "never-started", Duration::from_secs(10)).expect("row written");
+    assert!(row["root_pid"].is_null(), "{row}");
+    assert_eq!(row["state"], "running");
+    guardian.kill().unwrap();
+    guardian.wait().unwrap();
+    let ps = json(&ut(&state, &["ps", "--json"]));
+    assert_eq!(ps[0]["state"], "orphaned");
+    let out = ut(&state, &["sweep", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["trees"][0]["action"], "swept");
+    assert_eq!(report["trees"][0]["targets"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        json(&ut(&state, &["ps", "--json", "--all"]))[0]["state"],
+        "finished"
+    );
+}
+
+#[test]
+fn kill_tears_down_a_live_tree_through_its_guardian() {
+    let tmp = TempDir::new("kill");
+    let state = tmp.path().join("state");
+    let script = format!(
+        "sleep 1000 & echo ready > {}/ready; wait",
+        tmp.path().display()
+    );
+    let mut guardian = spawn_guarded(&state, "victim", &script, &[]);
+    assert!(wait_for_file(
+        &tmp.path().join("ready"),
+        Duration::from_secs(20)
+    ));
+    let id = find_tree(&state, "victim", Duration::from_secs(5)).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = ut(&state, &["kill", &id[..10]]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    guardian.wait().unwrap();
+    assert_eq!(survivors(&id), Vec::<i32>::new());
+    assert_eq!(
+        json(&ut(&state, &["ps", "--json", "--all"]))[0]["state"],
+        "finished"
+    );
+    let log = json(&ut(&state, &["log", "--json", "--tree", &id]));
+    assert!(log.as_array().unwrap().iter().any(|e| e["actor"] == "kill"
+        && e["signal"] == "SIGTERM"
+        && e["proof"] == "pidfd+snapshot"));
+}
+
+#[test]
+fn unknown_or_malformed_tree_ids_are_usage_errors() {
+    let tmp = TempDir::new("unknown");
+    let state = tmp.path().join("state");
+    for id in [
+        "deadbeef",
+        "abc",
+        "not-hex!",
+        "0123456789abcdef0123456789abcdef0",
+    ] {
+        let out = ut(&state, &["kill", id]);
+        assert_eq!(out.status.code(), Some(2), "{id}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    }
+    let out = ut(&state, &["log", "--tree", "deadbeef"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unsafe_state_dirs_are_refused() {
+    let tmp = TempDir::new("unsafe");
+    let real = tmp.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    for args in [&["run", "--", "true"][..], &["ps"][..], &["sweep"][..]] {
+        let out = ut(&link, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    }
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        skip("foreign-owned state dir needs root to chown");
+        return;
+    }
+    let foreign = tmp.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    let out = ut(&foreign, &["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("owned by uid 65534"),
+        "{}",
+        stderr(&out)
+    );
+}

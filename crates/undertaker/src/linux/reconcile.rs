@@ -1,0 +1,716 @@
+//! `ps`, `sweep` and `kill`: reading the registry against the live system, and
+//! finishing the job of guardians that died.
+//!
+//! A guardian is alive exactly while its lock file is locked (see
+//! [`crate::registry::lock`]). Trees of dead guardians are torn down by marker: a
+//! process is a member only if it carries `UNDERTAKER_TREE=<id>`, has our uid and
+//! started no earlier than the guardian, each proven through a pidfd opened first.
+//! A tree whose guardian is alive is left to that guardian: it watches its owner
+//! itself and will tear down when the owner dies.
+
+use super::procfs::Procfs;
+use super::record::{audit_entry, open_registry};
+use super::signal::{NotProven, ProvenProcess, Signaller};
+use super::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
+use crate::identity::{Identity, TreeId, TREE_MARKER};
+use crate::ladder::Refusal;
+use crate::registry::lock::{FileLock, LockInfo};
+use crate::registry::{
+    now_ms, AuditEntry, GuardianRecord, OwnerRecord, Registry, RegistryError, StateDir,
+    StoredState, TreeRecord,
+};
+use rustix::event::{poll, PollFd, PollFlags};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// SIGKILLed members get this long to disappear before they count as stuck.
+const KILL_CAP: Duration = Duration::from_secs(5);
+
+/// Everything a reconciling command needs.
+pub struct Context {
+    pub signaller: Signaller,
+    pub dir: StateDir,
+    pub registry: Registry,
+}
+
+impl Context {
+    pub fn open(state_dir: Option<&Path>) -> Result<Self, RegistryError> {
+        let signaller =
+            Signaller::for_current_process(Procfs::new()).map_err(|e| RegistryError::Io {
+                path: "/proc/self".into(),
+                msg: e.to_string(),
+            })?;
+        let me = signaller.me();
+        let (dir, registry) =
+            open_registry(state_dir, me.uid, &me.boot_id.clone()).map_err(|(_, e)| e)?;
+        Ok(Self {
+            signaller,
+            dir,
+            registry,
+        })
+    }
+
+    fn procfs(&self) -> &Procfs {
+        self.signaller.procfs()
+    }
+}
+
+/// Is the guardian of a tree alive?
+enum GuardianState {
+    Alive,
+    /// Provably dead; the lock (if its file still existed) is now held by us.
+    Dead(Option<FileLock>),
+    /// No lock file and no record: the tree belongs to another state directory.
+    Unknown,
+}
+
+fn guardian_state(ctx: &Context, id: &str, rec: Option<&TreeRecord>) -> GuardianState {
+    match FileLock::try_acquire(&ctx.dir.tree_lock_path(id)) {
+        Ok(None) => GuardianState::Alive,
+        Ok(Some(lock)) => GuardianState::Dead(Some(lock)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match rec {
+            // A guardian deletes its lock only after marking the tree finished, so a
+            // missing lock on an unfinished row means it died; still, a guardian that
+            // is provably the recorded process is never called dead.
+            Some(r) if r.state != StoredState::Finished => {
+                match ctx.procfs().stat(r.guardian.pid) {
+                    Ok(s) if s.starttime == r.guardian.starttime && s.state != 'Z' => {
+                        GuardianState::Alive
+                    }
+                    _ => GuardianState::Dead(None),
+                }
+            }
+            Some(_) => GuardianState::Dead(None),
+            None => GuardianState::Unknown,
+        },
+        // Cannot tell: assume alive, never sweep on a guess.
+        Err(_) => GuardianState::Alive,
+    }
+}
+
+fn owner_alive(procfs: &Procfs, owner: &OwnerRecord) -> Option<bool> {
+    let (pid, starttime) = (owner.pid?, owner.starttime?);
+    Some(matches!(procfs.stat(pid), Ok(s) if s.starttime == starttime && s.state != 'Z'))
+}
+
+/// Live (non-zombie) processes of uid `uid` carrying a tree marker, by tree id.
+pub fn marker_scan(procfs: &Procfs, uid: u32) -> BTreeMap<String, Vec<(i32, u64)>> {
+    let mut out: BTreeMap<String, Vec<(i32, u64)>> = BTreeMap::new();
+    for pid in procfs.pids().unwrap_or_default() {
+        if procfs.real_uid(pid).ok() != Some(uid) {
+            continue;
+        }
+        let Ok(stat) = procfs.stat(pid) else { continue };
+        if stat.state == 'Z' || stat.state == 'X' {
+            continue;
+        }
+        if let Ok(Some(v)) = procfs.environ_value(pid, TREE_MARKER) {
+            if let Some(id) = std::str::from_utf8(&v).ok().and_then(TreeId::parse) {
+                out.entry(id.to_string())
+                    .or_default()
+                    .push((pid, stat.starttime));
+            }
+        }
+    }
+    out
+}
+
+/// One line of `undertaker ps`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PsRow {
+    pub id: String,
+    pub label: Option<String>,
+    pub tier: Option<String>,
+    /// `running`, `orphaned`, `reaping` or `finished`.
+    pub state: &'static str,
+    pub guardian_pid: Option<i32>,
+    pub guardian_alive: bool,
+    pub owner_kind: Option<String>,
+    pub owner_pid: Option<i32>,
+    pub root_pid: Option<i32>,
+    pub live_processes: usize,
+    pub created_ms: Option<i64>,
+    pub age_ms: Option<i64>,
+    pub exit_status: Option<i32>,
+    /// False for a tree known only from its lock file and marked processes (its
+    /// record was lost, e.g. with a corrupt database).
+    pub recorded: bool,
+}
+
+pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
+    let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
+    let rows = ctx.registry.trees(true)?;
+    let now = now_ms();
+    let mut out = Vec::new();
+    let mut seen = BTreeSet::new();
+    for r in &rows {
+        seen.insert(r.id.clone());
+        let live = markers.get(&r.id).map_or(0, Vec::len);
+        if r.state == StoredState::Finished && live == 0 && !all {
+            continue;
+        }
+        let guardian = if r.state == StoredState::Finished && live == 0 {
+            GuardianState::Dead(None)
+        } else {
+            guardian_state(ctx, &r.id, Some(r))
+        };
+        let guardian_alive = matches!(guardian, GuardianState::Alive);
+        let state = derived_state(r, guardian_alive, owner_alive(ctx.procfs(), &r.owner), live);
+        out.push(PsRow {
+            id: r.id.clone(),
+            label: r.label.clone(),
+            tier: Some(r.tier.clone()),
+            state,
+            guardian_pid: Some(r.guardian.pid),
+            guardian_alive,
+            owner_kind: Some(r.owner.kind.clone()),
+            owner_pid: r.owner.pid,
+            root_pid: r.root.as_ref().map(|x| x.pid),
+            live_processes: live,
+            created_ms: Some(r.created_ms),
+            age_ms: Some(now - r.created_ms),
+            exit_status: r.exit_status,
+            recorded: true,
+        });
+    }
+    for (id, procs) in &markers {
+        if seen.contains(id) {
+            continue;
+        }
+        let (state, guardian_alive, info) = match guardian_state(ctx, id, None) {
+            GuardianState::Unknown => continue,
+            GuardianState::Alive => ("running", true, None),
+            GuardianState::Dead(mut lock) => {
+                ("orphaned", false, lock.as_mut().and_then(|l| l.info()))
+            }
+        };
+        out.push(PsRow {
+            id: id.clone(),
+            label: None,
+            tier: None,
+            state,
+            guardian_pid: info.map(|i| i.guardian_pid),
+            guardian_alive,
+            owner_kind: None,
+            owner_pid: None,
+            root_pid: None,
+            live_processes: procs.len(),
+            created_ms: None,
+            age_ms: None,
+            exit_status: None,
+            recorded: false,
+        });
+    }
+    Ok(out)
+}
+
+fn derived_state(
+    r: &TreeRecord,
+    guardian_alive: bool,
+    owner: Option<bool>,
+    live: usize,
+) -> &'static str {
+    match r.state {
+        // A finished tree with marked processes left means teardown left them stuck
+        // or its guardian was killed after marking: they still need a sweep.
+        StoredState::Finished if live == 0 || guardian_alive => "finished",
+        _ if !guardian_alive => "orphaned",
+        _ if owner == Some(false) => "orphaned",
+        s => s.as_str(),
+    }
+}
+
+/// Members of a tree whose guardian is gone: marked processes, proven one by one.
+struct MarkerSource<'a> {
+    procfs: &'a Procfs,
+    tree: TreeId,
+    not_before: u64,
+    uid: u32,
+}
+
+impl MarkerSource<'_> {
+    fn candidates(&self) -> Vec<i32> {
+        marker_scan(self.procfs, self.uid)
+            .remove(self.tree.as_str())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+}
+
+impl TreeSource for MarkerSource<'_> {
+    fn members(&mut self, signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>) {
+        let mut proven = Vec::new();
+        let mut refused = Vec::new();
+        for pid in self.candidates() {
+            match signaller.prove_by_marker(pid, &self.tree, self.not_before) {
+                Ok(p) => proven.push(p),
+                Err(NotProven::Gone) => {}
+                Err(NotProven::Refused(r)) => refused.push((pid, r)),
+            }
+        }
+        (proven, refused)
+    }
+
+    fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
+        // Rescan at least every 50 ms: a member may fork without any pidfd changing.
+        let until = deadline.min(Instant::now() + Duration::from_millis(50));
+        let Some(left) = until.checked_duration_since(Instant::now()) else {
+            return;
+        };
+        let fds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
+        let mut polls: Vec<PollFd<'_>> = fds
+            .iter()
+            .map(|fd| PollFd::new(fd, PollFlags::IN))
+            .collect();
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let _ = poll(&mut polls, Some(&ts));
+    }
+
+    fn is_empty(&mut self) -> bool {
+        self.candidates().is_empty()
+    }
+}
+
+/// What `sweep` or `kill` did to one tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeSweep {
+    pub id: String,
+    pub label: Option<String>,
+    /// `swept`, `would_sweep` (dry run), `left_alone` (guardian alive), `refused`,
+    /// `guardian_terminated` (kill of a live guardian).
+    pub action: &'static str,
+    pub reason: String,
+    pub targets: Vec<SweepTarget>,
+    /// Marked processes of the tree still alive afterwards.
+    pub left_alive: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepTarget {
+    pub pid: i32,
+    pub starttime: u64,
+    /// `gone`, `killed`, `stuck`, `refused`, or `would_signal` in a dry run.
+    pub outcome: String,
+    pub proof: Option<String>,
+    pub refusal_code: Option<String>,
+    pub refusal: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub dry_run: bool,
+    pub trees: Vec<TreeSweep>,
+    /// Guarded processes of swept trees still alive: 0 means success.
+    pub left_alive: usize,
+}
+
+/// Reconciles every tree: finishes those whose guardian died.
+pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepReport, RegistryError> {
+    let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
+    let rows = ctx.registry.trees(true)?;
+    let mut ids: BTreeMap<String, Option<TreeRecord>> = BTreeMap::new();
+    for r in rows {
+        if r.state != StoredState::Finished || markers.contains_key(&r.id) {
+            ids.insert(r.id.clone(), Some(r));
+        }
+    }
+    for id in markers.keys() {
+        ids.entry(id.clone()).or_insert(None);
+    }
+    let mut trees = Vec::new();
+    for (id, rec) in ids {
+        if let Some(t) = sweep_tree(ctx, &id, rec.as_ref(), dry_run, grace, "sweep")? {
+            trees.push(t);
+        }
+    }
+    let left_alive = trees.iter().map(|t| t.left_alive).sum();
+    Ok(SweepReport {
+        dry_run,
+        trees,
+        left_alive,
+    })
+}
+
+/// Sweeps one tree if its guardian is dead. `None`: nothing to report (a tree of
+/// another state directory, or a healthy running one).
+fn sweep_tree(
+    ctx: &Context,
+    id: &str,
+    rec: Option<&TreeRecord>,
+    dry_run: bool,
+    grace: Duration,
+    actor: &str,
+) -> Result<Option<TreeSweep>, RegistryError> {
+    let label = rec.and_then(|r| r.label.clone());
+    let mut lock = match guardian_state(ctx, id, rec) {
+        GuardianState::Unknown => return Ok(None),
+        GuardianState::Alive => {
+            let owner_dead = rec.and_then(|r| owner_alive(ctx.procfs(), &r.owner)) == Some(false);
+            if !owner_dead {
+                return Ok(None);
+            }
+            return Ok(Some(TreeSweep {
+                id: id.into(),
+                label,
+                action: "left_alone",
+                reason: "owner is gone but the guardian is alive and tears the tree down itself"
+                    .into(),
+                targets: vec![],
+                left_alive: 0,
+            }));
+        }
+        GuardianState::Dead(lock) => lock,
+    };
+    let me = ctx.signaller.me();
+    let info: Option<LockInfo> = lock.as_mut().and_then(|l| l.info());
+    let not_before = rec.map(|r| r.guardian.starttime).or_else(|| {
+        info.as_ref()
+            .filter(|i| i.boot_id == me.boot_id)
+            .map(|i| i.guardian_starttime)
+    });
+    let Some(tree) = TreeId::parse(id) else {
+        return Ok(None);
+    };
+    let Some(not_before) = not_before else {
+        return Ok(Some(TreeSweep {
+            id: id.into(),
+            label,
+            action: "refused",
+            reason: "no record of when the guardian started: membership cannot be proven".into(),
+            targets: vec![],
+            left_alive: marker_scan(ctx.procfs(), me.uid)
+                .get(id)
+                .map_or(0, Vec::len),
+        }));
+    };
+    let mut source = MarkerSource {
+        procfs: ctx.procfs(),
+        tree: tree.clone(),
+        not_before,
+        uid: me.uid,
+    };
+    let reason = if rec.is_some() {
+        "guardian is gone".to_string()
+    } else {
+        "guardian is gone and the tree has no record (found by its lock file and marker)"
+            .to_string()
+    };
+    if dry_run {
+        let (members, refusals) = source.members(&ctx.signaller);
+        let mut targets: Vec<SweepTarget> = members
+            .iter()
+            .map(|p| SweepTarget {
+                pid: p.pid(),
+                starttime: p.identity.starttime,
+                outcome: "would_signal".into(),
+                proof: Some(p.proof.label().into()),
+                refusal_code: None,
+                refusal: None,
+            })
+            .collect();
+        targets.extend(refusals.iter().map(|(pid, r)| refused_target(*pid, r)));
+        return Ok(Some(TreeSweep {
+            id: id.into(),
+            label,
+            action: "would_sweep",
+            reason,
+            left_alive: members.len(),
+            targets,
+        }));
+    }
+
+    let registry = &ctx.registry;
+    let note = |message: String| {
+        let _ = registry.append_audit(&AuditEntry {
+            tree: Some(id.into()),
+            actor: actor.into(),
+            event: "note".into(),
+            message: Some(message),
+            ..Default::default()
+        });
+    };
+    note(format!("{actor}: {reason}; tearing down by marker"));
+    let escalation = Escalation {
+        grace,
+        kill_cap: KILL_CAP,
+    };
+    let mut audit = |event: super::teardown::AuditEvent| {
+        if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
+            tracing::warn!("audit log: {e}");
+        }
+    };
+    let report = escalation.run(&ctx.signaller, &mut source, &mut audit);
+    let left_alive = marker_scan(ctx.procfs(), me.uid)
+        .get(id)
+        .map_or(0, Vec::len);
+    note(format!(
+        "{actor}: done, {} target(s), {left_alive} left alive",
+        report.targets.len()
+    ));
+    finish_record(ctx, id, rec, info.as_ref());
+    if left_alive == 0 {
+        if let Some(l) = lock.take() {
+            l.remove();
+        }
+    }
+    Ok(Some(TreeSweep {
+        id: id.into(),
+        label,
+        action: "swept",
+        reason,
+        targets: targets_of(&report),
+        left_alive,
+    }))
+}
+
+/// Marks a swept tree finished; a tree known only from its lock file gets a row.
+fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option<&LockInfo>) {
+    let result = match (rec, info) {
+        (Some(_), _) => ctx.registry.set_finished(id, None),
+        (None, Some(info)) => {
+            let now = now_ms();
+            ctx.registry.insert_tree(&TreeRecord {
+                id: id.into(),
+                boot_id: info.boot_id.clone(),
+                label: None,
+                tier: "unknown".into(),
+                state: StoredState::Finished,
+                guardian: GuardianRecord {
+                    pid: info.guardian_pid,
+                    starttime: info.guardian_starttime,
+                    pgid: 0,
+                    pidfs_inode: None,
+                },
+                root: None,
+                owner: OwnerRecord {
+                    kind: "unknown".into(),
+                    pid: None,
+                    starttime: None,
+                },
+                cgroup_path: None,
+                cgroup_id: None,
+                created_ms: now,
+                updated_ms: now,
+                finished_ms: Some(now),
+                exit_status: None,
+            })
+        }
+        (None, None) => Ok(()),
+    };
+    if let Err(e) = result {
+        tracing::warn!("recording end of {id}: {e}");
+    }
+}
+
+fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {
+    SweepTarget {
+        pid,
+        starttime: 0,
+        outcome: "refused".into(),
+        proof: None,
+        refusal_code: Some(r.code().into()),
+        refusal: Some(r.to_string()),
+    }
+}
+
+fn targets_of(report: &TeardownReport) -> Vec<SweepTarget> {
+    report
+        .targets
+        .iter()
+        .map(|t| match &t.refusal {
+            Some(r) => refused_target(t.pid, r),
+            None => SweepTarget {
+                pid: t.pid,
+                starttime: t.starttime,
+                outcome: match t.outcome {
+                    Outcome::Gone => "gone",
+                    Outcome::Killed => "killed",
+                    Outcome::Stuck => "stuck",
+                    Outcome::Refused => "refused",
+                }
+                .into(),
+                proof: t.proof.as_ref().map(|p| p.label().into()),
+                refusal_code: None,
+                refusal: None,
+            },
+        })
+        .collect()
+}
+
+/// Why `kill` could not pick a tree.
+#[derive(Debug, thiserror::Error)]
+pub enum KillError {
+    #[error("{0:?} is not a tree id (give at least 4 hex digits of one)")]
+    BadId(String),
+    #[error("no tree with id {0}")]
+    Unknown(String),
+    #[error("{0} matches several trees: {1}")]
+    Ambiguous(String, String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// Finds the tree `prefix` names among recorded trees and unrecorded lock files.
+pub fn resolve_tree(
+    ctx: &Context,
+    prefix: &str,
+) -> Result<(String, Option<TreeRecord>), KillError> {
+    if prefix.len() < 4
+        || prefix.len() > TreeId::LEN
+        || !prefix
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return Err(KillError::BadId(prefix.into()));
+    }
+    let mut found: BTreeMap<String, Option<TreeRecord>> = ctx
+        .registry
+        .trees_by_prefix(prefix)?
+        .into_iter()
+        .map(|r| (r.id.clone(), Some(r)))
+        .collect();
+    if let Ok(entries) = std::fs::read_dir(ctx.dir.trees_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(id) = name.strip_suffix(".lock") {
+                if id.starts_with(prefix) && TreeId::parse(id).is_some() {
+                    found.entry(id.to_owned()).or_insert(None);
+                }
+            }
+        }
+    }
+    match found.len() {
+        0 => Err(KillError::Unknown(prefix.into())),
+        1 => Ok(found.into_iter().next().expect("one entry")),
+        _ => Err(KillError::Ambiguous(
+            prefix.into(),
+            found.keys().cloned().collect::<Vec<_>>().join(", "),
+        )),
+    }
+}
+
+/// `undertaker kill`: a live guardian is asked to tear down (SIGTERM, proven by its
+/// recorded identity) and awaited; a dead one's tree is swept here.
+pub fn kill(
+    ctx: &Context,
+    id: &str,
+    rec: Option<&TreeRecord>,
+    grace: Duration,
+) -> Result<TreeSweep, RegistryError> {
+    let label = rec.and_then(|r| r.label.clone());
+    let live = marker_scan(ctx.procfs(), ctx.signaller.me().uid)
+        .get(id)
+        .map_or(0, Vec::len);
+    if rec.is_some_and(|r| r.state == StoredState::Finished) && live == 0 {
+        return Ok(TreeSweep {
+            id: id.into(),
+            label,
+            action: "finished",
+            reason: "the tree is already finished".into(),
+            targets: vec![],
+            left_alive: 0,
+        });
+    }
+    if let (Some(r), GuardianState::Alive) = (rec, guardian_state(ctx, id, rec)) {
+        let me = ctx.signaller.me();
+        let expected = Identity {
+            boot_id: r.boot_id.clone(),
+            pid: r.guardian.pid,
+            starttime: r.guardian.starttime,
+            pgid: r.guardian.pgid,
+            sid: 0,
+            uid: me.uid,
+            pidfs_inode: r.guardian.pidfs_inode,
+        };
+        let refusal = match ctx.signaller.prove_by_snapshot(&expected) {
+            Ok(guardian) => {
+                let event = match ctx
+                    .signaller
+                    .signal(&guardian, rustix::process::Signal::TERM)
+                {
+                    Ok(delivery) => super::teardown::AuditEvent::Signal {
+                        target: guardian.identity.clone(),
+                        signal: "SIGTERM",
+                        proof: guardian.proof.clone(),
+                        delivery,
+                    },
+                    Err(r) => super::teardown::AuditEvent::Refusal {
+                        pid: guardian.pid(),
+                        refusal: r,
+                    },
+                };
+                let _ = ctx.registry.append_audit(&audit_entry(id, "kill", &event));
+                // The guardian needs grace + its kill cap; give it generous slack.
+                let deadline = Instant::now() + grace + KILL_CAP + Duration::from_secs(10);
+                while !guardian.has_exited() && Instant::now() < deadline {
+                    let fd = guardian.pidfd();
+                    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+                    let ts = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 100_000_000,
+                    };
+                    let _ = poll(&mut fds, Some(&ts));
+                }
+                None
+            }
+            Err(NotProven::Gone) => None,
+            Err(NotProven::Refused(r)) => Some(r),
+        };
+        if let Some(r) = refusal {
+            let _ = ctx.registry.append_audit(&audit_entry(
+                id,
+                "kill",
+                &super::teardown::AuditEvent::Refusal {
+                    pid: expected.pid,
+                    refusal: r.clone(),
+                },
+            ));
+            return Ok(TreeSweep {
+                id: id.into(),
+                label,
+                action: "refused",
+                reason: format!("guardian not proven: {r}"),
+                targets: vec![refused_target(expected.pid, &r)],
+                left_alive: marker_scan(ctx.procfs(), me.uid)
+                    .get(id)
+                    .map_or(0, Vec::len),
+            });
+        }
+        let now = ctx.registry.tree(id)?;
+        if now
+            .as_ref()
+            .is_some_and(|t| t.state == StoredState::Finished)
+        {
+            return Ok(TreeSweep {
+                id: id.into(),
+                label,
+                action: "guardian_terminated",
+                reason: "the guardian tore the tree down".into(),
+                targets: vec![],
+                left_alive: marker_scan(ctx.procfs(), me.uid)
+                    .get(id)
+                    .map_or(0, Vec::len),
+            });
+        }
+        // The guardian died without finishing: fall through and sweep.
+    }
+    let rec_now = ctx.registry.tree(id)?;
+    match sweep_tree(ctx, id, rec_now.as_ref().or(rec), false, grace, "kill")? {
+        Some(t) => Ok(t),
+        None => Ok(TreeSweep {
+            id: id.into(),
+            label,
+            action: "left_alone",
+            reason: "tree is finished or not ours".into(),
+            targets: vec![],
+            left_alive: 0,
+        }),
+    }
+}

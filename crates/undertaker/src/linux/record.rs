@@ -1,0 +1,239 @@
+//! The guardian's bookkeeping: its lock file, its registry row and its audit lines.
+//!
+//! Coverage beats bookkeeping: if the registry cannot be used, the command is still
+//! guarded and a warning is logged. Only an explicitly chosen state directory that is
+//! unsafe (symlink, foreign owner) stops `run`, as a usage error.
+
+use super::procfs::Procfs;
+use super::signal::Signaller;
+use super::teardown::AuditEvent;
+use crate::identity::TreeId;
+use crate::registry::lock::{FileLock, LockInfo};
+use crate::registry::{
+    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, Registry, RegistryError,
+    RootRecord, StateDir, StoredState, TreeRecord,
+};
+use crate::{RunError, RunOptions};
+use rustix::fd::AsFd;
+
+/// Test-only hook: milliseconds to sleep after the row is written and before CMD is
+/// spawned, so tests can kill a guardian inside that window.
+pub const TEST_PAUSE_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN";
+
+pub struct Recorder {
+    tree: TreeId,
+    registry: Option<Registry>,
+    lock: Option<FileLock>,
+    finished: bool,
+}
+
+/// Opens the state directory and registry for `path` (None = the default chain).
+/// A corrupt database is replaced and reported on stderr through tracing.
+pub fn open_registry(
+    path: Option<&std::path::Path>,
+    uid: u32,
+    boot_id: &str,
+) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
+    let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
+    let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
+    let registry = Registry::open(&dir, boot_id).map_err(|e| (origin, e))?;
+    if let Some(rec) = &registry.recovered {
+        tracing::error!("{rec}");
+    }
+    Ok((dir, registry))
+}
+
+/// Our own identity as recorded for others to prove later.
+pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
+    let me = signaller.me();
+    let stat = signaller.procfs().stat(me.pid).ok()?;
+    let pidfs_inode = rustix::process::pidfd_open(
+        rustix::process::getpid(),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .ok()
+    .and_then(|fd| super::signal::pidfs_inode(fd.as_fd()));
+    Some(GuardianRecord {
+        pid: me.pid,
+        starttime: stat.starttime,
+        pgid: me.pgrp,
+        pidfs_inode,
+    })
+}
+
+impl Recorder {
+    /// Takes the tree's lock and writes its row, before CMD exists.
+    pub fn start(
+        opts: &RunOptions,
+        tree: &TreeId,
+        tier: &str,
+        signaller: &Signaller,
+        owner: OwnerRecord,
+    ) -> Result<Self, RunError> {
+        let mut rec = Recorder {
+            tree: tree.clone(),
+            registry: None,
+            lock: None,
+            finished: false,
+        };
+        let me = signaller.me();
+        let (dir, registry) = match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
+            Ok(x) => x,
+            Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
+                return Err(RunError::Usage(e.to_string()))
+            }
+            Err((_, e)) => {
+                tracing::warn!("not recording tree {tree}: {e}");
+                rec.pause_for_tests();
+                return Ok(rec);
+            }
+        };
+        let Some(guardian) = guardian_record(signaller) else {
+            tracing::warn!("not recording tree {tree}: cannot read /proc/self");
+            return Ok(rec);
+        };
+        // The lock comes first: a row without a held lock would look like a dead
+        // guardian to `sweep`.
+        let info = LockInfo {
+            guardian_pid: guardian.pid,
+            guardian_starttime: guardian.starttime,
+            boot_id: me.boot_id.clone(),
+        };
+        match FileLock::create_held(&dir.tree_lock_path(tree.as_str()), &info) {
+            Ok(lock) => rec.lock = Some(lock),
+            Err(e) => {
+                tracing::warn!("not recording tree {tree}: lock file: {e}");
+                return Ok(rec);
+            }
+        }
+        let now = now_ms();
+        let row = TreeRecord {
+            id: tree.to_string(),
+            boot_id: me.boot_id.clone(),
+            label: opts.label.clone(),
+            tier: tier.to_owned(),
+            state: StoredState::Running,
+            guardian,
+            root: None,
+            owner,
+            cgroup_path: None,
+            cgroup_id: None,
+            created_ms: now,
+            updated_ms: now,
+            finished_ms: None,
+            exit_status: None,
+        };
+        match registry.insert_tree(&row) {
+            Ok(()) => rec.registry = Some(registry),
+            Err(e) => tracing::warn!("not recording tree {tree}: {e}"),
+        }
+        rec.pause_for_tests();
+        Ok(rec)
+    }
+
+    fn pause_for_tests(&self) {
+        if let Some(ms) = std::env::var(TEST_PAUSE_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+
+    pub fn registry(&self) -> Option<&Registry> {
+        self.registry.as_ref()
+    }
+
+    /// Records CMD's identity, read right after spawn (its pidfd is already open).
+    pub fn set_root(&self, procfs: &Procfs, pid: i32) {
+        let Some(reg) = &self.registry else { return };
+        let (Ok(stat), Ok(uid)) = (procfs.stat(pid), procfs.real_uid(pid)) else {
+            return;
+        };
+        let root = RootRecord {
+            pid,
+            starttime: stat.starttime,
+            pgid: stat.pgrp,
+            sid: stat.session,
+            uid,
+        };
+        if let Err(e) = reg.set_root(self.tree.as_str(), &root) {
+            tracing::warn!("recording root of {}: {e}", self.tree);
+        }
+    }
+
+    pub fn reaping(&self) {
+        if let Some(reg) = &self.registry {
+            if let Err(e) = reg.set_reaping(self.tree.as_str()) {
+                tracing::warn!("recording teardown of {}: {e}", self.tree);
+            }
+        }
+    }
+
+    pub fn audit(&self, event: &AuditEvent) {
+        if let Some(reg) = &self.registry {
+            if let Err(e) = reg.append_audit(&audit_entry(self.tree.as_str(), "guardian", event)) {
+                tracing::warn!("audit log: {e}");
+            }
+        }
+    }
+
+    /// Marks the tree finished, then releases and deletes the lock file.
+    pub fn finished(&mut self, exit_status: Option<i32>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if let Some(reg) = &self.registry {
+            if let Err(e) = reg.set_finished(self.tree.as_str(), exit_status) {
+                tracing::warn!("recording end of {}: {e}", self.tree);
+            }
+        }
+        if let Some(lock) = self.lock.take() {
+            lock.remove();
+        }
+    }
+}
+
+impl Drop for Recorder {
+    /// Early returns (CMD could not be started, setup failed) still close the record.
+    fn drop(&mut self) {
+        self.finished(None);
+    }
+}
+
+/// One teardown event as an audit line.
+pub fn audit_entry(tree: &str, actor: &str, event: &AuditEvent) -> AuditEntry {
+    match event {
+        AuditEvent::Signal {
+            target,
+            signal,
+            proof,
+            delivery,
+        } => AuditEntry {
+            tree: Some(tree.into()),
+            actor: actor.into(),
+            event: "signal".into(),
+            pid: Some(target.pid),
+            starttime: Some(target.starttime),
+            signal: Some((*signal).into()),
+            proof: Some(proof.label().into()),
+            outcome: Some(
+                serde_json::to_value(delivery)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+            ),
+            ..Default::default()
+        },
+        AuditEvent::Refusal { pid, refusal } => AuditEntry {
+            tree: Some(tree.into()),
+            actor: actor.into(),
+            event: "refusal".into(),
+            pid: Some(*pid),
+            refusal_code: Some(refusal.code().into()),
+            message: Some(refusal.to_string()),
+            ..Default::default()
+        },
+    }
+}

@@ -1,0 +1,197 @@
+//! Advisory file locks: the liveness proof of a guardian, and the guard around
+//! corrupt-database recovery.
+//!
+//! A live guardian holds an exclusive `flock` on `trees/<id>.lock` for its whole life.
+//! The kernel drops the lock when the last descriptor of that open file goes away, so
+//! the lock is free exactly when the guardian is dead, however it died, and this holds
+//! even when the database is lost. The descriptor is close-on-exec, so CMD never
+//! inherits it (it only shares it between fork and exec).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// An exclusive lock on a file, held until dropped.
+#[derive(Debug)]
+pub struct FileLock {
+    file: File,
+    path: PathBuf,
+}
+
+/// What a guardian writes into its lock file, so a tree can be swept without a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub guardian_pid: i32,
+    pub guardian_starttime: u64,
+    pub boot_id: String,
+}
+
+impl LockInfo {
+    fn render(&self) -> String {
+        format!(
+            "{} {} {}\n",
+            self.guardian_pid, self.guardian_starttime, self.boot_id
+        )
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut it = text.split_whitespace();
+        let info = LockInfo {
+            guardian_pid: it.next()?.parse().ok()?,
+            guardian_starttime: it.next()?.parse().ok()?,
+            boot_id: it.next()?.to_owned(),
+        };
+        it.next().is_none().then_some(info)
+    }
+}
+
+impl FileLock {
+    /// Creates the lock file for a new tree already locked: it is built under a
+    /// temporary name and renamed into place, so nobody ever sees it unlocked.
+    pub fn create_held(path: &Path, info: &LockInfo) -> io::Result<Self> {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = open_rw(&tmp, true)?;
+        if !flock(&file, true)? {
+            return Err(io::Error::other("fresh lock file is locked"));
+        }
+        file.write_all(info.render().as_bytes())?;
+        std::fs::rename(&tmp, path)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Takes the lock if it is free. `Ok(None)`: someone holds it. Also `Ok(None)` when
+    /// the file was unlinked or replaced while we waited (its holder finished with it).
+    pub fn try_acquire(path: &Path) -> io::Result<Option<Self>> {
+        let file = open_rw(path, false)?;
+        if !flock(&file, false)? {
+            return Ok(None);
+        }
+        if !same_file(&file, path) {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            file,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// Blocks until the lock is ours (creating the file if needed).
+    pub fn acquire_blocking(path: &Path) -> io::Result<Self> {
+        let file = open_rw(path, true)?;
+        flock(&file, true)?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn info(&mut self) -> Option<LockInfo> {
+        let mut text = String::new();
+        use std::io::Seek;
+        self.file.seek(io::SeekFrom::Start(0)).ok()?;
+        (&self.file).take(4096).read_to_string(&mut text).ok()?;
+        LockInfo::parse(&text)
+    }
+
+    /// Deletes the lock file while still holding it: the tree is finished with.
+    pub fn remove(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn open_rw(path: &Path, create: bool) -> io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).write(true).create(create);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // std opens with O_CLOEXEC already; NOFOLLOW keeps a planted symlink out.
+        o.mode(0o600).custom_flags(libc_nofollow());
+    }
+    o.open(path)
+}
+
+#[cfg(target_os = "linux")]
+fn libc_nofollow() -> i32 {
+    libc::O_NOFOLLOW
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn libc_nofollow() -> i32 {
+    0
+}
+
+#[cfg(target_os = "linux")]
+fn flock(file: &File, blocking: bool) -> io::Result<bool> {
+    use rustix::fs::FlockOperation;
+    let op = if blocking {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    loop {
+        match rustix::fs::flock(file, op) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn flock(_file: &File, _blocking: bool) -> io::Result<bool> {
+    Err(io::Error::other(
+        "file locks are not implemented on this platform",
+    ))
+}
+
+#[cfg(unix)]
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(_file: &File, _path: &Path) -> bool {
+    true
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_lock_is_seen_held_then_free() {
+        let dir = std::env::temp_dir().join(format!("ut-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.lock");
+        let info = LockInfo {
+            guardian_pid: 42,
+            guardian_starttime: 7,
+            boot_id: "b".into(),
+        };
+        let held = FileLock::create_held(&path, &info).unwrap();
+        assert!(FileLock::try_acquire(&path).unwrap().is_none());
+        drop(held);
+        let mut got = FileLock::try_acquire(&path).unwrap().expect("free");
+        assert_eq!(got.info(), Some(info));
+        got.remove();
+        assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn lock_info_parsing() {
+        assert_eq!(LockInfo::parse(""), None);
+        assert_eq!(LockInfo::parse("1 2"), None);
+        assert_eq!(LockInfo::parse("1 2 b x"), None);
+        assert!(LockInfo::parse("1 2 b\n").is_some());
+    }
+}

@@ -1,0 +1,181 @@
+//! Where the registry lives, and the checks that make it safe to trust.
+//!
+//! The directory holds records that later decide which processes get signalled, so
+//! it must be ours alone: created 0700, never a symlink, never owned by someone else.
+
+use super::RegistryError;
+use std::path::{Path, PathBuf};
+
+/// A state directory that passed the checks.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    path: PathBuf,
+}
+
+/// Where the state directory path came from: an explicit choice is held to it, a
+/// default may be skipped with a warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `--state-dir` or `$UNDERTAKER_STATE_DIR`.
+    Explicit,
+    /// `$XDG_STATE_HOME/undertaker` or `~/.local/state/undertaker`.
+    Default,
+}
+
+/// Resolves the state directory path: `explicit`, else `$UNDERTAKER_STATE_DIR`, else
+/// `$XDG_STATE_HOME/undertaker`, else `$HOME/.local/state/undertaker`.
+pub fn resolve(explicit: Option<&Path>) -> Result<(PathBuf, Origin), RegistryError> {
+    resolve_with(explicit, |k| std::env::var_os(k))
+}
+
+fn resolve_with(
+    explicit: Option<&Path>,
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<(PathBuf, Origin), RegistryError> {
+    let nonempty = |k: &str| env(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(p) = explicit {
+        return Ok((p.to_path_buf(), Origin::Explicit));
+    }
+    if let Some(p) = nonempty("UNDERTAKER_STATE_DIR") {
+        return Ok((p, Origin::Explicit));
+    }
+    if let Some(p) = nonempty("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
+        return Ok((p.join("undertaker"), Origin::Default));
+    }
+    if let Some(home) = nonempty("HOME") {
+        return Ok((home.join(".local/state/undertaker"), Origin::Default));
+    }
+    Err(RegistryError::NoStateDir)
+}
+
+impl StateDir {
+    /// Creates `path` (0700) if missing, then refuses a symlink, a non-directory, or a
+    /// directory not owned by `uid`.
+    pub fn prepare(path: &Path, uid: u32) -> Result<Self, RegistryError> {
+        let unsafe_dir = |why: String| RegistryError::UnsafeStateDir {
+            path: path.to_path_buf(),
+            why,
+        };
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                create_private(path).map_err(|e| RegistryError::Io {
+                    path: path.to_path_buf(),
+                    msg: e.to_string(),
+                })?;
+            }
+            Err(e) => {
+                return Err(RegistryError::Io {
+                    path: path.to_path_buf(),
+                    msg: e.to_string(),
+                })
+            }
+            Ok(_) => {}
+        }
+        let meta = std::fs::symlink_metadata(path).map_err(|e| RegistryError::Io {
+            path: path.to_path_buf(),
+            msg: e.to_string(),
+        })?;
+        if meta.file_type().is_symlink() {
+            return Err(unsafe_dir("it is a symlink".into()));
+        }
+        if !meta.is_dir() {
+            return Err(unsafe_dir("it is not a directory".into()));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt;
+            if meta.uid() != uid {
+                return Err(unsafe_dir(format!(
+                    "it is owned by uid {}, not {uid}",
+                    meta.uid()
+                )));
+            }
+            if meta.mode() & 0o022 != 0 {
+                return Err(unsafe_dir(format!(
+                    "it is writable by others (mode {:o})",
+                    meta.mode() & 0o7777
+                )));
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = uid;
+        let dir = Self {
+            path: path.to_path_buf(),
+        };
+        create_private(&dir.trees_dir()).map_err(|e| RegistryError::Io {
+            path: dir.trees_dir(),
+            msg: e.to_string(),
+        })?;
+        Ok(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.path.join("registry.db")
+    }
+
+    /// Serialises recovery from a corrupt database between processes.
+    pub fn recovery_lock_path(&self) -> PathBuf {
+        self.path.join("registry.lock")
+    }
+
+    /// Holds one lock file per live guardian (see [`super::lock`]).
+    pub fn trees_dir(&self) -> PathBuf {
+        self.path.join("trees")
+    }
+
+    pub fn tree_lock_path(&self, tree: &str) -> PathBuf {
+        self.trees_dir().join(format!("{tree}.lock"))
+    }
+}
+
+fn create_private(path: &Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        b.mode(0o700);
+    }
+    b.create(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsString;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn resolution_order() {
+        let all = [
+            ("UNDERTAKER_STATE_DIR", "/s"),
+            ("XDG_STATE_HOME", "/x"),
+            ("HOME", "/h"),
+        ];
+        let got = resolve_with(Some(Path::new("/e")), env(&all)).unwrap();
+        assert_eq!(got, (PathBuf::from("/e"), Origin::Explicit));
+        let got = resolve_with(None, env(&all)).unwrap();
+        assert_eq!(got, (PathBuf::from("/s"), Origin::Explicit));
+        let got = resolve_with(None, env(&all[1..])).unwrap();
+        assert_eq!(got, (PathBuf::from("/x/undertaker"), Origin::Default));
+        // A relative XDG_STATE_HOME is invalid per the spec and ignored.
+        let got = resolve_with(None, env(&[("XDG_STATE_HOME", "rel"), ("HOME", "/h")])).unwrap();
+        assert_eq!(
+            got,
+            (PathBuf::from("/h/.local/state/undertaker"), Origin::Default)
+        );
+        assert!(resolve_with(None, env(&[])).is_err());
+    }
+}

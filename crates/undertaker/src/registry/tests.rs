@@ -1,0 +1,153 @@
+use super::*;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("ut-reg-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+fn sample(id: &str, boot: &str) -> TreeRecord {
+    TreeRecord {
+        id: id.into(),
+        boot_id: boot.into(),
+        label: Some("lbl".into()),
+        tier: "subreaper".into(),
+        state: StoredState::Running,
+        guardian: GuardianRecord {
+            pid: 10,
+            starttime: 20,
+            pgid: 10,
+            pidfs_inode: Some(u64::MAX - 3),
+        },
+        root: None,
+        owner: OwnerRecord {
+            kind: "parent".into(),
+            pid: Some(9),
+            starttime: Some(5),
+        },
+        cgroup_path: None,
+        cgroup_id: None,
+        created_ms: 1,
+        updated_ms: 1,
+        finished_ms: None,
+        exit_status: None,
+    }
+}
+
+#[test]
+fn tree_lifecycle_round_trips() {
+    let tmp = TempDir::new("life");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    let reg = Registry::open(&dir, "boot-a").unwrap();
+    assert!(reg.recovered.is_none());
+    let mut t = sample("aaaa1111", "boot-a");
+    reg.insert_tree(&t).unwrap();
+    let root = RootRecord {
+        pid: 11,
+        starttime: 21,
+        pgid: 11,
+        sid: 1,
+        uid: 0,
+    };
+    reg.set_root(&t.id, &root).unwrap();
+    reg.set_reaping(&t.id).unwrap();
+    assert_eq!(
+        reg.tree(&t.id).unwrap().unwrap().state,
+        StoredState::Reaping
+    );
+    reg.set_finished(&t.id, Some(3)).unwrap();
+    let got = reg.tree(&t.id).unwrap().unwrap();
+    t.root = Some(root);
+    t.state = StoredState::Finished;
+    t.exit_status = Some(3);
+    t.updated_ms = got.updated_ms;
+    t.finished_ms = got.finished_ms;
+    assert_eq!(got, t);
+    assert!(reg.trees(false).unwrap().is_empty());
+    assert_eq!(reg.trees(true).unwrap().len(), 1);
+    assert_eq!(reg.trees_by_prefix("aaaa").unwrap().len(), 1);
+    assert!(reg.trees_by_prefix("b").unwrap().is_empty());
+
+    reg.append_audit(&AuditEntry {
+        tree: Some(t.id.clone()),
+        actor: "sweep".into(),
+        event: "signal".into(),
+        pid: Some(11),
+        starttime: Some(21),
+        signal: Some("SIGTERM".into()),
+        proof: Some("pidfd+marker".into()),
+        outcome: Some("delivered".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    let log = reg.audit(Some(&t.id)).unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].proof.as_deref(), Some("pidfd+marker"));
+    assert!(reg.audit(Some("other")).unwrap().is_empty());
+    assert_eq!(reg.audit(None).unwrap().len(), 1);
+}
+
+#[test]
+fn other_boots_are_purged_on_open() {
+    let tmp = TempDir::new("boot");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    let reg = Registry::open(&dir, "boot-a").unwrap();
+    reg.insert_tree(&sample("old", "boot-a")).unwrap();
+    drop(reg);
+    let reg = Registry::open(&dir, "boot-b").unwrap();
+    assert!(reg.trees(true).unwrap().is_empty());
+}
+
+#[test]
+fn corrupt_database_is_moved_aside() {
+    let tmp = TempDir::new("corrupt");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    drop(Registry::open(&dir, "b").unwrap());
+    let _ = std::fs::remove_file(tmp.0.join("registry.db-wal"));
+    let _ = std::fs::remove_file(tmp.0.join("registry.db-shm"));
+    std::fs::write(dir.db_path(), vec![0x5a; 8192]).unwrap();
+    let reg = Registry::open(&dir, "b").unwrap();
+    let rec = reg.recovered.clone().expect("recovered");
+    assert_eq!(rec.file, dir.db_path());
+    assert_eq!(std::fs::read(&rec.moved_to).unwrap(), vec![0x5a; 8192]);
+    assert!(rec.to_string().contains("registry.db"));
+    reg.insert_tree(&sample("t", "b")).unwrap();
+}
+
+#[test]
+fn unsafe_state_dirs_are_refused() {
+    let tmp = TempDir::new("unsafe");
+    std::fs::create_dir_all(&tmp.0).unwrap();
+    let real = tmp.0.join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = tmp.0.join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let err = StateDir::prepare(&link, uid()).unwrap_err();
+    assert!(matches!(err, RegistryError::UnsafeStateDir { .. }), "{err}");
+    assert!(err.to_string().contains("symlink"));
+    let err = StateDir::prepare(&real, uid() + 1).unwrap_err();
+    assert!(err.to_string().contains("owned by uid"), "{err}");
+    let file = tmp.0.join("file");
+    std::fs::write(&file, "").unwrap();
+    assert!(StateDir::prepare(&file, uid()).is_err());
+    // Created private when missing.
+    let fresh = tmp.0.join("a/b");
+    StateDir::prepare(&fresh, uid()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+}
