@@ -416,6 +416,8 @@ fn decoy_with_recycled_pid_is_never_signalled() {
     // Give the decoy the exited member's pid.
     if let Err(e) = set_next_pid(recycled) {
         skip(&format!("cannot write ns_last_pid: {e}"));
+        guardian.kill().unwrap();
+        guardian.wait().unwrap();
         return;
     }
     let (mut decoy, decoy_log) = spawn_decoy(&scratch, "decoy.log");
