@@ -20,6 +20,15 @@ struct Cli {
 enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
+    /// Report which kernel mechanisms and containment tiers work on this machine.
+    Doctor {
+        /// Print one JSON object (fields: docs/CLI-JSON-doctor.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tear down the cgroups of trees whose guardian is dead (stand-in until `sweep`).
+    #[command(name = "__sweep-cgroups", hide = true)]
+    SweepCgroups,
 }
 
 #[derive(clap::Args, Debug)]
@@ -102,6 +111,8 @@ fn main() -> ExitCode {
     init_logging();
     let code = match cli.command {
         Command::Run(args) => cmd_run(args),
+        Command::Doctor { json } => cmd_doctor(json),
+        Command::SweepCgroups => cmd_sweep_cgroups(),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }
@@ -126,4 +137,109 @@ fn cmd_run(args: RunArgs) -> i32 {
             e.exit_code()
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn cmd_doctor(json: bool) -> i32 {
+    let report = undertaker::linux::doctor::run();
+    if json {
+        let mut checks = serde_json::Map::new();
+        for c in &report.checks {
+            checks.insert(
+                c.name.into(),
+                serde_json::json!({ "ok": c.ok, "detail": c.detail }),
+            );
+        }
+        let mut tiers = serde_json::Map::new();
+        for t in &report.tiers {
+            tiers.insert(
+                t.tier.as_str().into(),
+                serde_json::json!({ "available": t.available, "detail": t.detail }),
+            );
+        }
+        let out = serde_json::json!({
+            "kernel": report.kernel,
+            "checks": checks,
+            "tiers": tiers,
+            "auto": report.auto.as_str(),
+            // STATE DIR HEALTH: filled in by the registry work.
+            "state_dir": serde_json::Value::Null,
+        });
+        println!("{out}");
+        return 0;
+    }
+    let mut rows: Vec<(String, &str, String)> =
+        vec![("kernel".into(), "ok", report.kernel.clone())];
+    for c in &report.checks {
+        rows.push((
+            c.name.into(),
+            if c.ok { "ok" } else { "missing" },
+            c.detail.clone(),
+        ));
+    }
+    for t in &report.tiers {
+        rows.push((
+            format!("tier {}", t.tier),
+            if t.available { "yes" } else { "no" },
+            t.detail.clone(),
+        ));
+    }
+    rows.push(("tier auto".into(), "->", report.auto.as_str().into()));
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(5).max(5);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(6).max(6);
+    println!("{:w0$}  {:w1$}  detail", "check", "status");
+    for (name, status, detail) in rows {
+        println!("{name:w0$}  {status:w1$}  {detail}");
+    }
+    0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cmd_doctor(_json: bool) -> i32 {
+    eprintln!("undertaker: doctor is not supported on this platform yet");
+    125
+}
+
+/// Sweeps the cgroup of every tree whose guardian is dead; prints one JSON line per
+/// tree. Exit 0 when nothing was left alive.
+#[cfg(target_os = "linux")]
+fn cmd_sweep_cgroups() -> i32 {
+    use undertaker::linux::{cgroup, procfs::Procfs, signal::Signaller, teardown::Escalation};
+    let procfs = Procfs::new();
+    let signaller = match Signaller::for_current_process(procfs.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("undertaker: reading /proc/self: {e}");
+            return 125;
+        }
+    };
+    let escalation = Escalation {
+        grace: std::time::Duration::from_secs(2),
+        kill_cap: std::time::Duration::from_secs(5),
+    };
+    let mut code = 0;
+    for found in cgroup::list_tree_cgroups(&procfs) {
+        if found.guardian != cgroup::GuardianState::Dead {
+            continue;
+        }
+        let report = cgroup::sweep_orphaned_cgroup(&signaller, &found.path, &escalation);
+        if !report.empty {
+            code = 1;
+        }
+        println!(
+            "{}",
+            serde_json::json!({
+                "tree": found.tree,
+                "cgroup": found.path,
+                "empty": report.empty,
+                "targets": report.targets,
+            })
+        );
+    }
+    code
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cmd_sweep_cgroups() -> i32 {
+    125
 }
