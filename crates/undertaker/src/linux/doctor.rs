@@ -153,6 +153,8 @@ pub fn run() -> DoctorReport {
         "pidfs",
         match &pidfd {
             Err(e) => Err(e.clone()),
+            // f_type's width differs between architectures.
+            #[allow(clippy::unnecessary_cast)]
             Ok(fd) => match rustix::fs::fstatfs(fd) {
                 Ok(fs) if fs.f_type as i64 == 0x5049_4446 => {
                     Ok("pidfds are pidfs inodes (unique per boot)".into())
