@@ -56,6 +56,12 @@ enum Command {
     Kill(KillArgs),
     /// Show the audit log: every signal sent and every refusal, oldest first.
     Log(LogArgs),
+    /// Report which kernel mechanisms and containment tiers work on this machine.
+    Doctor {
+        /// Print one JSON object (fields: docs/CLI-JSON-doctor.md).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -187,6 +193,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => reconcile::cmd_sweep(args, cli.state_dir),
         Command::Kill(args) => reconcile::cmd_kill(args, cli.state_dir),
         Command::Log(args) => reconcile::cmd_log(args, cli.state_dir),
+        Command::Doctor { json } => cmd_doctor(json),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }
@@ -212,4 +219,65 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
             e.exit_code()
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn cmd_doctor(json: bool) -> i32 {
+    let report = undertaker::linux::doctor::run();
+    if json {
+        let mut checks = serde_json::Map::new();
+        for c in &report.checks {
+            checks.insert(
+                c.name.into(),
+                serde_json::json!({ "ok": c.ok, "detail": c.detail }),
+            );
+        }
+        let mut tiers = serde_json::Map::new();
+        for t in &report.tiers {
+            tiers.insert(
+                t.tier.as_str().into(),
+                serde_json::json!({ "available": t.available, "detail": t.detail }),
+            );
+        }
+        let out = serde_json::json!({
+            "kernel": report.kernel,
+            "checks": checks,
+            "tiers": tiers,
+            "auto": report.auto.as_str(),
+            // STATE DIR HEALTH: filled in by the registry work.
+            "state_dir": serde_json::Value::Null,
+        });
+        println!("{out}");
+        return 0;
+    }
+    let mut rows: Vec<(String, &str, String)> =
+        vec![("kernel".into(), "ok", report.kernel.clone())];
+    for c in &report.checks {
+        rows.push((
+            c.name.into(),
+            if c.ok { "ok" } else { "missing" },
+            c.detail.clone(),
+        ));
+    }
+    for t in &report.tiers {
+        rows.push((
+            format!("tier {}", t.tier),
+            if t.available { "yes" } else { "no" },
+            t.detail.clone(),
+        ));
+    }
+    rows.push(("tier auto".into(), "->", report.auto.as_str().into()));
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(5).max(5);
+    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(6).max(6);
+    println!("{:w0$}  {:w1$}  detail", "check", "status");
+    for (name, status, detail) in rows {
+        println!("{name:w0$}  {status:w1$}  {detail}");
+    }
+    0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cmd_doctor(_json: bool) -> i32 {
+    eprintln!("undertaker: doctor is not supported on this platform yet");
+    125
 }

@@ -2,8 +2,12 @@
 //!
 //! One thread, one poll loop over a signalfd, CMD's pidfd and the owner's pidfd or
 //! pipe. The guardian is a child subreaper, so every descendant that escapes by
-//! double-forking is reparented here and stays provable as our descendant.
+//! double-forking is reparented here and stays provable as our descendant. With the
+//! cgroup tier the tree also lives in its own cgroup; the pidns tier hands the tree to
+//! a namespace init (see `pidns`).
 
+use super::cgroup::{self, CgroupTree};
+use super::pidns;
 use super::procfs::Procfs;
 use super::record::Recorder;
 use super::signal::{pidfd_exited, Signaller};
@@ -15,6 +19,7 @@ use crate::{OwnerSpec, RunError, RunOptions, Tier};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
@@ -153,7 +158,7 @@ impl Owner {
 }
 
 /// Exit status of CMD, kept as a shell would report it.
-fn shell_status(status: &rustix::process::WaitIdStatus) -> Option<i32> {
+pub(crate) fn shell_status(status: &rustix::process::WaitIdStatus) -> Option<i32> {
     if let Some(code) = status.exit_status() {
         return Some(code & 0xff);
     }
@@ -168,6 +173,8 @@ struct Guardian {
     root_fd: OwnedFd,
     root_status: Option<i32>,
     no_children: bool,
+    /// The tree's cgroup (cgroup tier).
+    cgroup: Option<CgroupTree>,
 }
 
 impl Guardian {
@@ -228,7 +235,20 @@ impl TreeSource for Guardian {
         Vec<(i32, crate::ladder::Refusal)>,
     ) {
         self.reap();
-        prove_descendants(signaller)
+        let (mut proven, mut refused) = prove_descendants(signaller);
+        if let Some(cg) = &self.cgroup {
+            // Both views: a member that left our descendants (setsid + reparenting
+            // elsewhere) is still in the cgroup, and one that moved out of the cgroup
+            // is still our descendant.
+            let (in_cgroup, cg_refused) = cg.members(signaller);
+            for p in in_cgroup {
+                if !proven.iter().any(|q| q.pid() == p.pid()) {
+                    proven.push(p);
+                }
+            }
+            refused.extend(cg_refused);
+        }
+        (proven, refused)
     }
 
     fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
@@ -239,9 +259,17 @@ impl TreeSource for Guardian {
                 tv_sec: timeout.as_secs() as i64,
                 tv_nsec: timeout.subsec_nanos() as i64,
             };
-            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watch.len() + 1);
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(watch.len() + 2);
             let sfd = self.signals.fd();
             fds.push(PollFd::new(&sfd, PollFlags::IN));
+            let events = self.cgroup.as_ref().map(|cg| {
+                // Reading re-arms the POLLPRI notification.
+                let _ = cg.is_populated();
+                cg.events_fd()
+            });
+            if let Some(fd) = &events {
+                fds.push(PollFd::new(fd, PollFlags::PRI));
+            }
             let pidfds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
             for fd in &pidfds {
                 fds.push(PollFd::new(fd, PollFlags::IN));
@@ -254,21 +282,64 @@ impl TreeSource for Guardian {
 
     fn is_empty(&mut self) -> bool {
         self.reap();
-        self.no_children
+        self.no_children && self.cgroup.as_ref().is_none_or(|cg| !cg.is_populated())
+    }
+
+    fn kill_all(&mut self) -> bool {
+        self.cgroup.as_ref().is_some_and(|cg| cg.kill())
+    }
+}
+
+/// The containment actually used for a tree.
+enum Chosen {
+    Cgroup(cgroup::Location),
+    Pidns,
+    Subreaper,
+}
+
+impl Chosen {
+    fn tier(&self) -> Tier {
+        match self {
+            Chosen::Cgroup(_) => Tier::Cgroup,
+            Chosen::Pidns => Tier::Pidns,
+            Chosen::Subreaper => Tier::Subreaper,
+        }
+    }
+}
+
+/// Picks the tier: `auto` is cgroup where a writable cgroup v2 place exists, else
+/// subreaper; pidns is opt-in. An explicit tier that is unavailable is an error.
+fn choose_tier(requested: Tier) -> Result<Chosen, RunError> {
+    match requested {
+        Tier::Subreaper => Ok(Chosen::Subreaper),
+        Tier::Auto => match cgroup::locate() {
+            Ok(loc) => Ok(Chosen::Cgroup(loc)),
+            Err(why) => {
+                tracing::debug!("cgroup tier unavailable ({why}); using subreaper");
+                Ok(Chosen::Subreaper)
+            }
+        },
+        Tier::Cgroup => {
+            cgroup::locate()
+                .map(Chosen::Cgroup)
+                .map_err(|why| RunError::TierUnavailable {
+                    tier: Tier::Cgroup,
+                    why,
+                })
+        }
+        Tier::Pidns => {
+            pidns::probe()
+                .map(|()| Chosen::Pidns)
+                .map_err(|why| RunError::TierUnavailable {
+                    tier: Tier::Pidns,
+                    why,
+                })
+        }
     }
 }
 
 /// Runs CMD under guard and returns the exit status undertaker should exit with.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
-    match opts.tier {
-        Tier::Auto | Tier::Subreaper => {}
-        other => {
-            return Err(RunError::TierUnavailable {
-                tier: other,
-                why: "not implemented in this build".into(),
-            })
-        }
-    }
     let procfs = Procfs::new();
     let mut owner = Owner::resolve(&opts.owner)?;
     let signaller = Signaller::for_current_process(procfs.clone())
@@ -279,9 +350,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         .map_err(|e| RunError::Setup(format!("getrandom: {e}")))?;
     let tree = TreeId::generate(&boot_id, random);
 
+    let chosen = choose_tier(opts.tier)?;
+    tracing::debug!(tier = %chosen.tier(), "tier chosen");
     let nofile = raise_fd_limit();
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    if !matches!(chosen, Chosen::Pidns) {
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    }
 
     let mut blocked: Vec<i32> = FORWARDED.to_vec();
     blocked.extend([libc::SIGCHLD, libc::SIGTERM]);
@@ -289,12 +364,52 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         BlockedSignals::new(&blocked).map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
 
     let owner_record = owner.record(&opts.owner, &procfs);
-    let mut recorder = Recorder::start(opts, &tree, "subreaper", &signaller, owner_record)?;
+    let mut recorder = Recorder::start(
+        opts,
+        &tree,
+        chosen.tier().as_str(),
+        &signaller,
+        owner_record,
+    )?;
 
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
+
+    let cgroup_tree = match &chosen {
+        Chosen::Pidns => {
+            let result = run_pidns(opts, &tree, &mut owner, signaller, signals, nofile);
+            if let Ok(code) = &result {
+                recorder.finished(Some(*code));
+            }
+            return result;
+        }
+        Chosen::Subreaper => None,
+        Chosen::Cgroup(loc) => {
+            let me = signaller.me().pid;
+            let starttime = procfs
+                .stat(me)
+                .map_err(|e| RunError::Setup(format!("reading /proc/self/stat: {e}")))?
+                .starttime;
+            let cg = CgroupTree::create(loc, &tree, me, starttime).map_err(|why| {
+                RunError::TierUnavailable {
+                    tier: Tier::Cgroup,
+                    why,
+                }
+            })?;
+            recorder.set_cgroup(&cg.path, cg.id);
+            tracing::debug!(path = %cg.path.display(), id = cg.id, "tree cgroup created");
+            Some(cg)
+        }
+    };
+    let join_fd = match &cgroup_tree {
+        Some(cg) => Some(cg.open_procs_for_join().map_err(|e| {
+            let _ = cg.remove(Duration::ZERO);
+            RunError::Setup(format!("opening {}/cgroup.procs: {e}", cg.path.display()))
+        })?),
+        None => None,
+    };
 
     let (program, args) = opts
         .command
@@ -304,8 +419,23 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     cmd.args(args)
         .env(TREE_MARKER, tree.as_str())
         .process_group(0);
-    sys::install_child_setup(&mut cmd, signaller.me().pgrp, nofile);
-    let child = cmd.spawn().map_err(|e| spawn_error(program, e))?;
+    sys::install_child_setup(
+        &mut cmd,
+        signaller.me().pgrp,
+        nofile,
+        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
+    );
+    let child = cmd.spawn().map_err(|e| {
+        if let Some(cg) = &cgroup_tree {
+            let _ = cg.remove(Duration::ZERO);
+        }
+        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
+            RunError::Setup("could not move the command into its cgroup; it was not started".into())
+        } else {
+            spawn_error(program, e)
+        }
+    })?;
+    drop(join_fd);
     let root_pid = child.id() as i32;
     // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
     let root_fd = rustix::process::pidfd_open(
@@ -324,6 +454,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         root_fd,
         root_status: None,
         no_children: false,
+        cgroup: cgroup_tree,
     };
 
     let cause = loop {
@@ -373,6 +504,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         );
     }
     guardian.reap();
+    if let Some(cg) = &guardian.cgroup {
+        if report.empty {
+            if let Err(e) = cg.remove(Duration::from_secs(2)) {
+                tracing::warn!("cannot remove cgroup {}: {e}", cg.path.display());
+            }
+        }
+    }
     recorder.finished(guardian.root_status);
     // Only a CMD stuck in the kernel past the kill cap leaves no status to report.
     Ok(guardian.root_status.unwrap_or(125))
@@ -396,7 +534,7 @@ fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> Te
     escalation.run(&signaller, guardian, &mut log)
 }
 
-fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {
+pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {
     let name = program.to_string_lossy().into_owned();
     match e.kind() {
         std::io::ErrorKind::NotFound => RunError::NotFound(name),
@@ -423,4 +561,107 @@ fn raise_fd_limit() -> Option<u64> {
         }
     }
     None
+}
+
+/// The pidns tier: the init (PID 1 of the tree's namespace) runs CMD; we watch the
+/// init, the owner and our signals. Teardown: SIGTERM to the init, which TERMs its
+/// whole namespace and exits after the grace period; if it has not exited by then
+/// (plus a margin), SIGKILL it, which makes the kernel kill the namespace.
+fn run_pidns(
+    opts: &RunOptions,
+    tree: &TreeId,
+    owner: &mut Owner,
+    signaller: Signaller,
+    signals: BlockedSignals,
+    nofile: Option<u64>,
+) -> Result<i32, RunError> {
+    let spec = pidns::InitSpec {
+        command: &opts.command,
+        tree,
+        grace: opts.grace,
+        nofile,
+        forwarded: &FORWARDED,
+    };
+    if opts.command.is_empty() {
+        return Err(RunError::Usage("no command given".into()));
+    }
+    let init = pidns::start(&spec, &signals).map_err(|why| RunError::TierUnavailable {
+        tier: Tier::Pidns,
+        why,
+    })?;
+    tracing::debug!(tree = %tree, init_pid = init.pid, owner = %owner.describe(), "guarding in a pid namespace");
+    let cause = loop {
+        let sfd = signals.fd();
+        let mut fds = vec![
+            PollFd::new(&sfd, PollFlags::IN),
+            PollFd::new(&init.pidfd, PollFlags::IN),
+        ];
+        if let Some(p) = owner.poll_fd() {
+            fds.push(p);
+        }
+        match poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => {
+                tracing::error!("poll failed: {e}; tearing down");
+                break Cause::Terminated;
+            }
+        }
+        drop(fds);
+        let mut terminate = false;
+        for sig in signals.drain().unwrap_or_default() {
+            match sig {
+                libc::SIGCHLD => {}
+                libc::SIGTERM => terminate = true,
+                other => {
+                    // The init forwards these to CMD.
+                    if let Some(sig) = Signal::from_named_raw(other) {
+                        let _ = signaller.signal_own_child(init.pidfd.as_fd(), sig);
+                    }
+                }
+            }
+        }
+        if terminate {
+            break Cause::Terminated;
+        }
+        if pidfd_exited(init.pidfd.as_fd()) {
+            break Cause::CommandExited;
+        }
+        if owner.gone() {
+            break Cause::OwnerDied;
+        }
+    };
+    tracing::debug!(?cause, "tearing down tree {tree}");
+    if cause != Cause::CommandExited {
+        let _ = signaller.signal_own_child(init.pidfd.as_fd(), Signal::TERM);
+        // The init bounds its own wait by the grace period; the margin covers its exit.
+        if !wait_exit(&init.pidfd, opts.grace + Duration::from_millis(500)) {
+            let _ = signaller.signal_own_child(init.pidfd.as_fd(), Signal::KILL);
+            if !wait_exit(&init.pidfd, KILL_CAP) {
+                tracing::warn!("namespace init {} still alive after SIGKILL", init.pid);
+            }
+        }
+    }
+    sys::reclaim_foreground(signaller.me().pgrp);
+    // The init's status is CMD's (or 128+N if the init itself was killed).
+    Ok(pidns::wait_pidfd(&init.pidfd).unwrap_or(125))
+}
+
+/// Waits until the process behind `pidfd` exits, up to `limit`. True if it did.
+fn wait_exit(pidfd: &OwnedFd, limit: Duration) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if pidfd_exited(pidfd.as_fd()) {
+            return true;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+        let _ = poll(&mut fds, Some(&ts));
+    }
 }

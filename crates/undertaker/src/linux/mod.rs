@@ -1,7 +1,10 @@
 //! Everything Linux-specific. Other platforms add a sibling module; the core types
 //! (identity, ladder, options) do not change.
 
+pub mod cgroup;
+pub mod doctor;
 pub mod guardian;
+pub mod pidns;
 pub mod procfs;
 pub mod reconcile;
 pub mod record;

@@ -167,6 +167,13 @@ pub fn environ_value<'a>(environ: &'a [u8], key: &str) -> Option<&'a [u8]> {
     })
 }
 
+/// /proc/PID/cgroup: the cgroup v2 path (the `0::` line), if the process has one.
+pub fn parse_cgroup_v2(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .map(|p| p.trim_end().to_owned())
+}
+
 /// /proc/PID/task/TID/children: space separated pids, possibly trailing space/newline. Ignore empty tokens; malformed token -> error.
 pub fn parse_children(text: &str) -> Result<Vec<i32>, ProcError> {
     text.split_ascii_whitespace()
@@ -317,6 +324,11 @@ impl Procfs {
             bytes.truncate(keep);
         }
         Ok(environ_value(&bytes, key).map(<[u8]>::to_vec))
+    }
+
+    /// The cgroup v2 path of `pid`, relative to our cgroup namespace root.
+    pub fn cgroup_v2_path(&self, pid: i32) -> Result<Option<String>, ProcError> {
+        Ok(parse_cgroup_v2(&self.read_small(pid, "cgroup", "cgroup")?))
     }
 
     /// Children of every thread of `pid` (reads /proc/PID/task/*/children, union, deduplicated, sorted). If the children files do not exist (CONFIG_PROC_CHILDREN off), fall back to scanning all pids and selecting stat.ppid == pid.

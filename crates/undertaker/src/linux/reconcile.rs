@@ -8,6 +8,7 @@
 //! A tree whose guardian is alive is left to that guardian: it watches its owner
 //! itself and will tear down when the owner dies.
 
+use super::cgroup;
 use super::procfs::Procfs;
 use super::record::{audit_entry, open_registry};
 use super::signal::{NotProven, ProvenProcess, Signaller};
@@ -330,6 +331,25 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
             trees.push(t);
         }
     }
+    // Tree cgroups whose guardian is dead and that no record led us to (another state
+    // dir, a lost registry): the cgroup itself proves membership, markers or not.
+    for found in cgroup::list_tree_cgroups(ctx.procfs()) {
+        if found.guardian != cgroup::GuardianState::Dead || !found.path.exists() {
+            continue;
+        }
+        let id = found.tree.to_string();
+        let t = sweep_cgroup(ctx, &id, &found.path, dry_run, grace, "sweep");
+        match trees.iter_mut().find(|t| t.id == id) {
+            Some(existing) => {
+                existing.targets.extend(t.targets);
+                existing.left_alive += t.left_alive;
+            }
+            None => trees.push(TreeSweep {
+                reason: "guardian is gone (found by its cgroup)".into(),
+                ..t
+            }),
+        }
+    }
     let left_alive = trees.iter().map(|t| t.left_alive).sum();
     Ok(SweepReport {
         dry_run,
@@ -390,6 +410,14 @@ fn sweep_tree(
                 .map_or(0, Vec::len),
         }));
     };
+    // The cgroup tier: the kernel's membership beats markers, so kill the cgroup first
+    // (this catches members that scrubbed their environment), then look for marked
+    // processes that left it.
+    let cgroup_sweep = rec
+        .and_then(|r| r.cgroup_path.as_deref())
+        .map(Path::new)
+        .filter(|p| p.exists())
+        .map(|p| sweep_cgroup(ctx, id, p, dry_run, grace, actor));
     let mut source = MarkerSource {
         procfs: ctx.procfs(),
         tree: tree.clone(),
@@ -416,12 +444,17 @@ fn sweep_tree(
             })
             .collect();
         targets.extend(refusals.iter().map(|(pid, r)| refused_target(*pid, r)));
+        let mut left_alive = members.len();
+        if let Some(cg) = cgroup_sweep {
+            targets.extend(cg.targets);
+            left_alive = left_alive.max(cg.left_alive);
+        }
         return Ok(Some(TreeSweep {
             id: id.into(),
             label,
             action: "would_sweep",
             reason,
-            left_alive: members.len(),
+            left_alive,
             targets,
         }));
     }
@@ -447,9 +480,14 @@ fn sweep_tree(
         }
     };
     let report = escalation.run(&ctx.signaller, &mut source, &mut audit);
-    let left_alive = marker_scan(ctx.procfs(), me.uid)
+    let mut left_alive = marker_scan(ctx.procfs(), me.uid)
         .get(id)
         .map_or(0, Vec::len);
+    let mut targets = targets_of(&report);
+    if let Some(cg) = cgroup_sweep {
+        targets.extend(cg.targets);
+        left_alive += cg.left_alive;
+    }
     note(format!(
         "{actor}: done, {} target(s), {left_alive} left alive",
         report.targets.len()
@@ -465,9 +503,73 @@ fn sweep_tree(
         label,
         action: "swept",
         reason,
-        targets: targets_of(&report),
+        targets,
         left_alive,
     }))
+}
+
+/// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup, then
+/// removes the directory. `left_alive` counts processes still in the cgroup.
+fn sweep_cgroup(
+    ctx: &Context,
+    id: &str,
+    path: &Path,
+    dry_run: bool,
+    grace: Duration,
+    actor: &str,
+) -> TreeSweep {
+    let base = TreeSweep {
+        id: id.into(),
+        label: None,
+        action: if dry_run { "would_sweep" } else { "swept" },
+        reason: "guardian is gone".into(),
+        targets: vec![],
+        left_alive: 0,
+    };
+    let Ok(tree) = cgroup::CgroupTree::open(path) else {
+        return base;
+    };
+    if dry_run {
+        let (members, refusals) = tree.members(&ctx.signaller);
+        let mut targets: Vec<SweepTarget> = members
+            .iter()
+            .map(|p| SweepTarget {
+                pid: p.pid(),
+                starttime: p.identity.starttime,
+                outcome: "would_signal".into(),
+                proof: Some(p.proof.label().into()),
+                refusal_code: None,
+                refusal: None,
+            })
+            .collect();
+        targets.extend(refusals.iter().map(|(pid, r)| refused_target(*pid, r)));
+        return TreeSweep {
+            left_alive: members.len(),
+            targets,
+            ..base
+        };
+    }
+    let registry = &ctx.registry;
+    let mut audit = |event: super::teardown::AuditEvent| {
+        if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
+            tracing::warn!("audit log: {e}");
+        }
+    };
+    let escalation = Escalation {
+        grace,
+        kill_cap: KILL_CAP,
+    };
+    let report =
+        cgroup::sweep_orphaned_cgroup_audited(&ctx.signaller, path, &escalation, &mut audit);
+    let left_alive = match cgroup::CgroupTree::open(path) {
+        Ok(t) if t.is_populated() => t.members(&ctx.signaller).0.len().max(1),
+        _ => 0,
+    };
+    TreeSweep {
+        targets: targets_of(&report),
+        left_alive,
+        ..base
+    }
 }
 
 /// Marks a swept tree finished; a tree known only from its lock file gets a row.

@@ -162,6 +162,14 @@ impl Recorder {
         }
     }
 
+    /// Records where the cgroup tier put the tree, so `sweep` can kill it there.
+    pub fn set_cgroup(&self, path: &std::path::Path, cgroup_id: u64) {
+        let Some(reg) = &self.registry else { return };
+        if let Err(e) = reg.set_cgroup(self.tree.as_str(), &path.to_string_lossy(), cgroup_id) {
+            tracing::warn!("recording cgroup of {}: {e}", self.tree);
+        }
+    }
+
     pub fn reaping(&self) {
         if let Some(reg) = &self.registry {
             if let Err(e) = reg.set_reaping(self.tree.as_str()) {

@@ -26,6 +26,9 @@ pub enum Proof {
     Marker { tree: TreeId },
     /// It matches a recorded identity (pid, starttime, pgid, uid, boot).
     Snapshot,
+    /// The kernel placed it in the tree's cgroup: cgroup membership is inherited by
+    /// every fork and cannot be left without write access to another cgroup.
+    Cgroup { path: std::path::PathBuf },
 }
 
 impl Proof {
@@ -34,6 +37,7 @@ impl Proof {
             Proof::Descendant { .. } => "pidfd+descendant",
             Proof::Marker { .. } => "pidfd+marker",
             Proof::Snapshot => "pidfd+snapshot",
+            Proof::Cgroup { .. } => "pidfd+cgroup",
         }
     }
 }
@@ -282,6 +286,51 @@ impl Signaller {
         })
     }
 
+    /// Proves `pid` is in the cgroup `path` (cgroup id `id`, `rel` its path as
+    /// /proc/PID/cgroup prints it). Membership is read after the pidfd was opened:
+    /// from PIDFD_GET_INFO's cgroup id where the kernel has it, else from /proc.
+    pub fn prove_in_cgroup(
+        &self,
+        pid: i32,
+        path: &std::path::Path,
+        id: u64,
+        rel: &str,
+    ) -> Result<ProvenProcess, NotProven> {
+        let (fd, live, identity, state) = self.open_then_read(pid)?;
+        let member = match sys::pidfd_get_info(fd.as_fd()) {
+            Ok(Some(sys::PidfdInfo {
+                cgroup_id: Some(found),
+                ..
+            })) => found == id,
+            Ok(_) => self
+                .procfs
+                .cgroup_v2_path(pid)
+                .map_err(|_| NotProven::Gone)?
+                .is_some_and(|found| found == rel),
+            Err(_) => return Err(NotProven::Gone),
+        };
+        if !member {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: "not in the tree's cgroup".into(),
+            }
+            .into());
+        }
+        ladder::check_process(&self.me, &live, None)?;
+        if pidfd_exited(fd.as_fd()) {
+            return Err(NotProven::Gone);
+        }
+        Ok(ProvenProcess {
+            fd,
+            identity,
+            ppid: live.ppid,
+            state,
+            proof: Proof::Cgroup {
+                path: path.to_path_buf(),
+            },
+        })
+    }
+
     /// Sends `sig` to one proven process through its pidfd.
     pub fn signal(&self, target: &ProvenProcess, sig: Signal) -> Result<Delivery, Refusal> {
         ladder::check_pid(&self.me, target.pid())?;
@@ -328,6 +377,34 @@ impl Signaller {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Delivery::AlreadyGone),
             Err(_) => Err(Refusal::LeaderNotPinned { pgid }),
         }
+    }
+}
+
+/// Proof that this process is PID 1 of a PID namespace it created for one tree: only
+/// `pidns` builds it, in the child of the namespace-creating fork.
+#[derive(Debug)]
+pub struct NamespaceInit {
+    _private: (),
+}
+
+impl NamespaceInit {
+    /// `None` unless we really are PID 1 (of the namespace we were just forked into).
+    pub(crate) fn after_fork_into_new_namespace() -> Option<Self> {
+        (rustix::process::getpid().as_raw_nonzero().get() == 1).then_some(Self { _private: () })
+    }
+}
+
+/// Sends `sig` to every process of the namespace we are init of (`kill(-1, sig)`).
+///
+/// Justification: `kill(-1)` reaches every process the caller may signal in its own
+/// PID namespace and below. As PID 1 of a namespace created for this one tree, that
+/// set is exactly the tree: nothing else was ever in the namespace, and processes of
+/// outer namespaces are not visible from it. The [`NamespaceInit`] token can only exist
+/// in that situation, so this cannot run in the host's namespace.
+pub fn signal_whole_namespace(_init: &NamespaceInit, sig: Signal) -> Delivery {
+    match sys::kill_all_visible(sig.as_raw()) {
+        Ok(()) => Delivery::Delivered,
+        Err(_) => Delivery::AlreadyGone,
     }
 }
 

@@ -192,16 +192,29 @@ impl Drop for BlockedSignals {
 /// group was the guardian's, hands the terminal to the child's new group so
 /// interactive commands can read it (what tini does). SIGTTOU is blocked around the
 /// call because a background group may not otherwise change the foreground group.
+///
+/// `cgroup_procs`, when given, is an open `cgroup.procs` of the tree's cgroup: the child
+/// writes "0" to it first, so CMD is in the cgroup before it runs an instruction of its
+/// own. If that write fails the exec is abandoned with [`CGROUP_JOIN_FAILED`], so an
+/// unguarded CMD never runs.
 pub fn install_child_setup(
     cmd: &mut std::process::Command,
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
+    cgroup_procs: Option<RawFd>,
 ) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure only makes async-signal-safe calls (sigemptyset, getrlimit,
-    // setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid), allocates nothing.
+    // SAFETY: the closure only makes async-signal-safe calls (write, sigemptyset,
+    // getrlimit, setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid) and
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = cgroup_procs {
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                if n != 1 {
+                    return Err(io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
+                }
+            }
             // The guardian blocks the signals it reads through its signalfd; CMD must
             // start with none blocked, or SIGTERM from teardown would never reach it.
             let mut none = MaybeUninit::<libc::sigset_t>::uninit();
@@ -229,6 +242,11 @@ pub fn install_child_setup(
         });
     }
 }
+
+/// The errno a spawn fails with when the child could not join its cgroup. EBADFD is
+/// never produced by execve itself, so the guardian can tell this failure apart from
+/// "not found"/"not executable" and report 125 instead.
+pub const CGROUP_JOIN_FAILED: i32 = libc::EBADFD;
 
 /// Takes the terminal back for `pgrp` (the guardian's own group) after the child's
 /// group handed it over; SIGTTOU is blocked in the guardian already when this runs.
@@ -262,4 +280,88 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // Keep it away from CMD: the tree must not hold the owner's pipe.
     rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
     Ok(owned)
+}
+
+/// Which side of a [`fork_into_new_pid_namespace`] we are on.
+pub enum Forked {
+    /// The new process: PID 1 of the new namespace, a copy of the caller.
+    Child,
+    Parent {
+        pid: i32,
+        pidfd: OwnedFd,
+    },
+}
+
+/// `struct clone_args`, version 0 (64 bytes), from linux/sched.h.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+}
+
+/// Forks (clone3 without CLONE_VM: a plain fork) into a new PID and mount namespace,
+/// and a new user namespace when `user_ns`. The child continues as a copy of the
+/// caller, so the caller must be single-threaded (checked by the caller): no lock can
+/// be held by a thread that does not exist in the child. The parent gets a pidfd from
+/// CLONE_PIDFD, so the child is never addressed by number.
+pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
+    let mut pidfd: libc::c_int = -1;
+    let mut flags = (libc::CLONE_PIDFD | libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
+    if user_ns {
+        flags |= libc::CLONE_NEWUSER as u64;
+    }
+    let args = CloneArgs {
+        flags,
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 without CLONE_VM duplicates the address space like fork; the
+    // kernel writes the pidfd into `pidfd`, which outlives the call. Both sides return.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match rc {
+        n if n < 0 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => {
+            // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new fd we own.
+            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+            Ok(Forked::Parent {
+                pid: pid as i32,
+                pidfd,
+            })
+        }
+    }
+}
+
+/// `kill(-1, sig)`: every process the caller may signal, except itself. Only
+/// `signal::signal_whole_namespace` calls this, and only as PID 1 of a namespace that
+/// holds nothing but the guarded tree.
+pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
+    // SAFETY: plain syscall.
+    let rc = unsafe { libc::kill(-1, sig) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Ends a forked child at once: no atexit handlers, no flushing of buffers that
+/// belong to the parent's copy of stdio.
+pub fn exit_immediately(code: i32) -> ! {
+    // SAFETY: _exit never returns and touches no Rust state.
+    unsafe { libc::_exit(code) }
 }

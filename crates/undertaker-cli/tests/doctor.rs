@@ -1,0 +1,72 @@
+//! `undertaker doctor`: human table and stable JSON.
+#![cfg(target_os = "linux")]
+
+use std::process::Command;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_undertaker")
+}
+
+const CHECKS: [&str; 8] = [
+    "pidfd_open",
+    "pidfd_signal_process_group",
+    "pidfd_get_info",
+    "pidfs",
+    "cgroup2_mount",
+    "cgroup2_writable",
+    "user_pid_namespaces",
+    "subreaper",
+];
+
+#[test]
+fn json_has_the_documented_fields() {
+    let out = Command::new(bin())
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["kernel"].as_str().is_some_and(|k| !k.is_empty()));
+    for name in CHECKS {
+        assert!(v["checks"][name]["ok"].is_boolean(), "{name}");
+        assert!(v["checks"][name]["detail"].is_string(), "{name}");
+    }
+    for tier in ["cgroup", "pidns", "subreaper"] {
+        assert!(v["tiers"][tier]["available"].is_boolean(), "{tier}");
+        assert!(v["tiers"][tier]["detail"].is_string(), "{tier}");
+    }
+    let auto = v["auto"].as_str().unwrap();
+    assert!(auto == "cgroup" || auto == "subreaper");
+    assert_eq!(
+        auto == "cgroup",
+        v["tiers"]["cgroup"]["available"].as_bool().unwrap()
+    );
+    assert!(v.get("state_dir").is_some());
+    // The machine's own answer must agree with what `run --tier` does.
+    for tier in ["cgroup", "pidns"] {
+        let ok = v["tiers"][tier]["available"].as_bool().unwrap();
+        let st = Command::new(bin())
+            .args(["run", "--tier", tier, "--", "true"])
+            .status()
+            .unwrap();
+        assert_eq!(st.success(), ok, "doctor and run disagree on {tier}");
+    }
+}
+
+#[test]
+fn human_output_is_an_aligned_table() {
+    let out = Command::new(bin()).arg("doctor").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[0].starts_with("check"));
+    let col = lines[0].find("status").unwrap();
+    for line in &lines[1..] {
+        assert_eq!(line.as_bytes()[col - 1], b' ', "{line}");
+        assert_ne!(line.as_bytes()[col], b' ', "{line}");
+    }
+    for name in CHECKS {
+        assert!(text.contains(name), "{name}");
+    }
+    assert!(text.contains("tier auto"));
+}

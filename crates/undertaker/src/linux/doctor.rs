@@ -1,0 +1,216 @@
+//! `undertaker doctor`: which kernel mechanisms work here, and so which tiers.
+//!
+//! Every check is a real probe (a pidfd opened, a child signalled through it, a cgroup
+//! created and removed, a namespace created in a short-lived child), never a guess
+//! from the kernel version.
+
+use super::cgroup;
+use super::pidns;
+use super::procfs::Procfs;
+use super::signal::Signaller;
+use super::sys;
+use crate::Tier;
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::process::{PidfdFlags, Signal};
+use serde::Serialize;
+use std::os::unix::process::CommandExt;
+
+/// One probed mechanism. `name` values are stable (docs/CLI-JSON-doctor.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Whether a tier can guard a tree here.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierCheck {
+    pub tier: Tier,
+    pub available: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    pub kernel: String,
+    pub checks: Vec<Check>,
+    pub tiers: Vec<TierCheck>,
+    /// What `--tier auto` picks.
+    pub auto: Tier,
+}
+
+fn check(name: &'static str, result: Result<String, String>) -> Check {
+    match result {
+        Ok(detail) => Check {
+            name,
+            ok: true,
+            detail,
+        },
+        Err(detail) => Check {
+            name,
+            ok: false,
+            detail,
+        },
+    }
+}
+
+fn own_pidfd() -> Result<OwnedFd, String> {
+    rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty())
+        .map_err(|e| format!("pidfd_open failed: {e}"))
+}
+
+/// Signal 0 through PIDFD_SIGNAL_PROCESS_GROUP to a short-lived child of ours that
+/// leads its own group: nothing but our own child can be reached.
+fn probe_group_signal() -> Result<String, String> {
+    let signaller = Signaller::for_current_process(Procfs::new())
+        .map_err(|e| format!("reading /proc/self: {e}"))?;
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("could not start a probe child (sleep): {e}"))?;
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("child pid is positive");
+    // Unreaped child: the number is still its own.
+    let result = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+        Err(e) => Err(format!("pidfd_open failed: {e}")),
+        Ok(fd) => {
+            let r = match sys::pidfd_send_signal_to_group(fd.as_fd(), 0) {
+                Ok(()) => Ok("signals a group through its leader's pidfd".into()),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    Err("not supported by this kernel (needs Linux 6.9)".into())
+                }
+                Err(e) => Err(format!("probe failed: {e}")),
+            };
+            signaller.signal_own_child(fd.as_fd(), Signal::KILL);
+            r
+        }
+    };
+    let _ = child.wait();
+    result
+}
+
+fn probe_cgroup() -> Result<String, String> {
+    let loc = cgroup::locate()?;
+    let probe = loc.parent.join(format!(
+        "{}probe.{}",
+        cgroup::NAME_PREFIX,
+        std::process::id()
+    ));
+    rustix::fs::mkdir(&probe, rustix::fs::Mode::from_raw_mode(0o755))
+        .map_err(|e| format!("cannot create a cgroup in {}: {e}", loc.parent.display()))?;
+    let has_kill = probe.join("cgroup.kill").exists();
+    let _ = rustix::fs::rmdir(&probe);
+    Ok(format!(
+        "trees go in {} ({}){}",
+        loc.parent.display(),
+        loc.kind,
+        if has_kill {
+            ""
+        } else {
+            "; no cgroup.kill (Linux < 5.14): members are killed one by one"
+        }
+    ))
+}
+
+/// Runs every probe. Creates and removes a probe cgroup and briefly forks children.
+pub fn run() -> DoctorReport {
+    let kernel = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let pidfd = own_pidfd();
+    let mut checks = vec![check(
+        "pidfd_open",
+        pidfd
+            .as_ref()
+            .map(|_| "works".to_string())
+            .map_err(Clone::clone),
+    )];
+    checks.push(check("pidfd_signal_process_group", probe_group_signal()));
+    checks.push(check(
+        "pidfd_get_info",
+        match &pidfd {
+            Err(e) => Err(e.clone()),
+            Ok(fd) => match sys::pidfd_get_info(fd.as_fd()) {
+                Ok(Some(info)) => Ok(format!(
+                    "works (cgroup id {})",
+                    if info.cgroup_id.is_some() {
+                        "reported"
+                    } else {
+                        "not reported"
+                    }
+                )),
+                Ok(None) => Err("not supported by this kernel (needs Linux 6.13)".into()),
+                Err(e) => Err(format!("ioctl failed: {e}")),
+            },
+        },
+    ));
+    checks.push(check(
+        "pidfs",
+        match &pidfd {
+            Err(e) => Err(e.clone()),
+            // f_type's width differs between architectures.
+            #[allow(clippy::unnecessary_cast)]
+            Ok(fd) => match rustix::fs::fstatfs(fd) {
+                Ok(fs) if fs.f_type as i64 == 0x5049_4446 => {
+                    Ok("pidfds are pidfs inodes (unique per boot)".into())
+                }
+                Ok(_) => Err("pidfds are anonymous inodes (Linux < 6.9)".into()),
+                Err(e) => Err(format!("fstatfs failed: {e}")),
+            },
+        },
+    ));
+    let mount = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|t| cgroup::parse_cgroup2_mount(&t));
+    checks.push(check(
+        "cgroup2_mount",
+        mount
+            .map(|m| format!("{}", m.mount_point.display()))
+            .ok_or_else(|| "no cgroup2 filesystem is mounted".to_string()),
+    ));
+    let cgroup = probe_cgroup();
+    checks.push(check("cgroup2_writable", cgroup.clone()));
+    let namespaces = pidns::probe().map(|()| {
+        if rustix::process::geteuid().is_root() {
+            "pid+mount namespaces (as root, no user namespace needed)".to_string()
+        } else {
+            "user+pid+mount namespaces".to_string()
+        }
+    });
+    checks.push(check("user_pid_namespaces", namespaces.clone()));
+    let subreaper = rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .and_then(|()| rustix::process::set_child_subreaper(None))
+        .map(|()| "PR_SET_CHILD_SUBREAPER works".to_string())
+        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER failed: {e}"));
+    checks.push(check("subreaper", subreaper.clone()));
+    // STATE DIR HEALTH: the lead adds a "state_dir" check here once the registry lands.
+
+    let tier = |tier, r: &Result<String, String>| TierCheck {
+        tier,
+        available: r.is_ok(),
+        detail: match r {
+            Ok(d) | Err(d) => d.clone(),
+        },
+    };
+    let tiers = vec![
+        tier(Tier::Cgroup, &cgroup),
+        tier(Tier::Pidns, &namespaces),
+        tier(Tier::Subreaper, &subreaper),
+    ];
+    let auto = if cgroup.is_ok() {
+        Tier::Cgroup
+    } else {
+        Tier::Subreaper
+    };
+    DoctorReport {
+        kernel,
+        checks,
+        tiers,
+        auto,
+    }
+}
