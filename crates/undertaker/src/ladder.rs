@@ -291,14 +291,7 @@ mod tests {
     #[test]
     fn group_rungs_table() {
         let m = me();
-        let cases: Vec<(
-            &str,
-            i32,
-            Option<Identity>,
-            Option<LiveFacts>,
-            bool,
-            Option<&str>,
-        )> = vec![
+        let cases: Vec<GroupCase> = vec![
             (
                 "live leader",
                 200,
