@@ -42,7 +42,9 @@ fn not_found_not_executable_and_usage() {
         status_of(&["run", "--", "/nonexistent/undertaker-cmd"]),
         127
     );
-    assert_eq!(status_of(&["run", "--", "/etc/hostname"]), 126);
+    let scratch = Scratch::new("noexec");
+    let plain = scratch.file("plain.txt", "not a program\n");
+    assert_eq!(status_of(&["run", "--", plain.to_str().unwrap()]), 126);
     assert_eq!(status_of(&["run"]), 2);
     assert_eq!(status_of(&["run", "--grace", "soon", "--", "true"]), 2);
     assert_eq!(status_of(&["run", "--owner", "-3", "--", "true"]), 2);

@@ -130,7 +130,18 @@ pub fn spawn_guarded(state: &Path, label: &str, script: &str, env: &[(&str, &str
     c.arg("run")
         .arg("--state-dir")
         .arg(state)
-        .args(["--label", label, "--grace", "1s", "--", "sh", "-c", script])
+        .args([
+            "--tier",
+            "subreaper",
+            "--label",
+            label,
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
         .env_remove("UNDERTAKER_TREE")
         .stdin(Stdio::null());
     for (k, v) in env {
