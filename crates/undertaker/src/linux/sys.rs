@@ -113,7 +113,7 @@ pub struct BlockedSignals {
 
 impl BlockedSignals {
     /// Blocks `signals` for this thread and opens a non-blocking, close-on-exec
-    /// signalfd for them. Children get an empty mask back from std's spawn.
+    /// signalfd for them. `install_child_setup` gives children an empty mask back.
     pub fn new(signals: &[i32]) -> io::Result<Self> {
         // SAFETY: sigset_t is plain data initialised by sigemptyset before use; the
         // pointers passed are to locals that outlive the calls.
@@ -199,7 +199,8 @@ pub fn install_child_setup(
 ) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure only makes async-signal-safe syscalls (getrlimit,
-    // setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid), allocates nothing.
+    // setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid, sigemptyset),
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(soft) = nofile_soft {
@@ -220,6 +221,11 @@ pub fn install_child_setup(
                 libc::tcsetpgrp(0, libc::getpid());
                 libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
             }
+            // The guardian's blocked mask (the signals its signalfd reads) survives
+            // fork and exec: without this, CMD could never act on SIGTERM or SIGINT.
+            let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(empty.as_mut_ptr());
+            libc::pthread_sigmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut());
             Ok(())
         });
     }
