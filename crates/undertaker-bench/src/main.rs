@@ -50,6 +50,9 @@ mod linux_main {
         /// The undertaker binary (default: next to this program).
         #[arg(long, value_name = "PATH")]
         undertaker: Option<PathBuf>,
+        /// Run only the measurements whose key starts with PREFIX (e.g. teardown_1000).
+        #[arg(long, value_name = "PREFIX")]
+        only: Option<String>,
     }
 
     pub fn main() -> ExitCode {
@@ -97,31 +100,46 @@ mod linux_main {
         } else {
             (Config::full(), "full")
         };
+        let wanted = |k: &str| args.only.as_deref().is_none_or(|p| k.starts_with(p));
         let progress = |k: &str| eprintln!("undertaker-bench: measuring {k} …");
         let mut ms: Vec<Measurement> = Vec::new();
-        progress("spawn");
-        ms.push(scenarios::spawn(&env, &cfg));
-        progress("exit_latency");
-        ms.push(scenarios::exit_latency(&env, &cfg));
+        if wanted("spawn") {
+            progress("spawn");
+            ms.push(scenarios::spawn(&env, &cfg));
+        }
+        if wanted("exit_latency") {
+            progress("exit_latency");
+            ms.push(scenarios::exit_latency(&env, &cfg));
+        }
         for &(class, size, rounds) in &cfg.teardown {
-            progress(&format!("teardown_{class}"));
-            ms.push(scenarios::teardown(&env, class, size, rounds));
+            let key = format!("teardown_{class}");
+            if wanted(&key) {
+                progress(&key);
+                ms.push(scenarios::teardown(&env, class, size, rounds));
+            }
         }
         for &(class, size, rounds) in &cfg.sweep {
-            progress(&format!("sweep_{class}"));
             let key = format!("sweep_{class}");
-            ms.push(
-                scenarios::sweep(&env, class, size, rounds)
-                    .unwrap_or_else(|e| failed(key, format!("{e:#}"))),
-            );
+            if wanted(&key) {
+                progress(&key);
+                ms.push(
+                    scenarios::sweep(&env, class, size, rounds)
+                        .unwrap_or_else(|e| failed(key, format!("{e:#}"))),
+                );
+            }
         }
         for &(class, size, rounds) in &cfg.registry {
-            progress(&format!("registry_{class}"));
-            ms.push(scenarios::registry(&env, class, size, rounds));
+            let key = format!("registry_{class}");
+            if wanted(&key) {
+                progress(&key);
+                ms.push(scenarios::registry(&env, class, size, rounds));
+            }
         }
-        progress("footprint");
-        ms.push(scenarios::footprint_rss(&env, &cfg));
-        ms.push(scenarios::footprint_binary(&env));
+        if wanted("footprint") {
+            progress("footprint");
+            ms.push(scenarios::footprint_rss(&env, &cfg));
+            ms.push(scenarios::footprint_binary(&env));
+        }
 
         let targets = report::targets(&ms);
         let failures: Vec<String> = ms

@@ -515,6 +515,36 @@ fn orphaned_tree(env: &Env, tag: &str) -> anyhow::Result<Background> {
 }
 
 pub fn sweep(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::Result<Measurement> {
+    let baseline = process_count();
+    let m = sweep_among(env, class, size, rounds);
+    settle(baseline);
+    m
+}
+
+/// Entries in /proc, zombies included.
+fn process_count() -> usize {
+    std::fs::read_dir("/proc").map_or(0, |d| {
+        d.filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+            })
+            .count()
+    })
+}
+
+/// Waits until the background processes are reaped by whoever inherited them: the
+/// zombies would otherwise weigh on every later measurement that scans /proc.
+fn settle(baseline: usize) {
+    let end = Instant::now() + Duration::from_secs(30);
+    while process_count() > baseline + 20 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sweep_among(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::Result<Measurement> {
     let tag = format!("undertaker-bench-find-{}", std::process::id());
     let _bg = Background::start(env, "bg", size.saturating_sub(3))?;
     let _orphan = orphaned_tree(env, &tag)?;
