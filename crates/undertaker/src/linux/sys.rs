@@ -113,7 +113,7 @@ pub struct BlockedSignals {
 
 impl BlockedSignals {
     /// Blocks `signals` for this thread and opens a non-blocking, close-on-exec
-    /// signalfd for them. Children get an empty mask back from std's spawn.
+    /// signalfd for them. `install_child_setup` gives children an empty mask back.
     pub fn new(signals: &[i32]) -> io::Result<Self> {
         // SAFETY: sigset_t is plain data initialised by sigemptyset before use; the
         // pointers passed are to locals that outlive the calls.

@@ -97,6 +97,14 @@ impl Escalation {
         source: &mut dyn TreeSource,
         audit: &mut dyn FnMut(AuditEvent),
     ) -> TeardownReport {
+        // Nothing left (the usual end: CMD exited alone): skip the member walk, whose
+        // /proc scan costs O(processes on the machine), not O(tree).
+        if source.is_empty() {
+            return TeardownReport {
+                targets: Vec::new(),
+                empty: true,
+            };
+        }
         let mut tracked: BTreeMap<(i32, u64), Tracked> = BTreeMap::new();
         let mut refused: BTreeMap<i32, Refusal> = BTreeMap::new();
 
