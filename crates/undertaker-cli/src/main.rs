@@ -193,7 +193,7 @@ fn main() -> ExitCode {
         Command::Sweep(args) => reconcile::cmd_sweep(args, cli.state_dir),
         Command::Kill(args) => reconcile::cmd_kill(args, cli.state_dir),
         Command::Log(args) => reconcile::cmd_log(args, cli.state_dir),
-        Command::Doctor { json } => cmd_doctor(json),
+        Command::Doctor { json } => cmd_doctor(json, cli.state_dir),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
 }
@@ -221,9 +221,31 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     }
 }
 
+/// State dir health for `doctor`: (path, ok, detail). Opening the registry is the
+/// real test: it checks ownership, mode, symlinks and the database itself.
 #[cfg(target_os = "linux")]
-fn cmd_doctor(json: bool) -> i32 {
+fn state_dir_health(state_dir: Option<&std::path::Path>) -> (String, bool, String) {
+    use undertaker::linux::reconcile::Context;
+    let path = undertaker::registry::state_dir::resolve(state_dir)
+        .map(|(p, _)| p.display().to_string())
+        .unwrap_or_else(|_| "(none)".into());
+    match Context::open(state_dir) {
+        Ok(ctx) => match ctx.registry.trees(false) {
+            Ok(trees) => (
+                path,
+                true,
+                format!("registry ok, {} unfinished tree(s)", trees.len()),
+            ),
+            Err(e) => (path, false, e.to_string()),
+        },
+        Err(e) => (path, false, e.to_string()),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
     let report = undertaker::linux::doctor::run();
+    let (sd_path, sd_ok, sd_detail) = state_dir_health(state_dir.as_deref());
     if json {
         let mut checks = serde_json::Map::new();
         for c in &report.checks {
@@ -244,8 +266,7 @@ fn cmd_doctor(json: bool) -> i32 {
             "checks": checks,
             "tiers": tiers,
             "auto": report.auto.as_str(),
-            // STATE DIR HEALTH: filled in by the registry work.
-            "state_dir": serde_json::Value::Null,
+            "state_dir": { "path": sd_path, "ok": sd_ok, "detail": sd_detail },
         });
         println!("{out}");
         return 0;
@@ -267,6 +288,11 @@ fn cmd_doctor(json: bool) -> i32 {
         ));
     }
     rows.push(("tier auto".into(), "->", report.auto.as_str().into()));
+    rows.push((
+        "state dir".into(),
+        if sd_ok { "ok" } else { "error" },
+        format!("{sd_path}: {sd_detail}"),
+    ));
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(5).max(5);
     let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(6).max(6);
     println!("{:w0$}  {:w1$}  detail", "check", "status");
@@ -277,7 +303,7 @@ fn cmd_doctor(json: bool) -> i32 {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn cmd_doctor(_json: bool) -> i32 {
+fn cmd_doctor(_json: bool, _state_dir: Option<PathBuf>) -> i32 {
     eprintln!("undertaker: doctor is not supported on this platform yet");
     125
 }
