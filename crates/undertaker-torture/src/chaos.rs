@@ -43,7 +43,7 @@ const GRACE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy)]
 enum Phase {
-    /// Before the tree reported ready: up to 3 ms after `undertaker run` started.
+    /// Before the tree reported ready: up to 20 ms after `undertaker run` started.
     Spawn { after_us: u64 },
     /// Tree ready, nothing happening.
     Running,
@@ -54,7 +54,7 @@ enum Phase {
 fn pick_phase(rng: &mut Rng) -> Phase {
     match rng.below(3) {
         0 => Phase::Spawn {
-            after_us: rng.below(3_000),
+            after_us: rng.below(20_000),
         },
         1 => Phase::Running,
         _ => Phase::Grace {
@@ -163,6 +163,12 @@ pub fn run_trial(ctx: &mut Ctx, target: Target, rng: &mut Rng) -> Result<Outcome
     }
 
     let survivors = procs::count_and_kill_survivors(&trial);
+    if std::env::var_os("TORTURE_DEBUG").is_some() {
+        eprintln!(
+            "chaos {target:?} {phase:?}: known {known:?}, survivors {survivors}, decoys {}",
+            decoys.len()
+        );
+    }
     let mut outcome = Outcome {
         reused: !decoys.is_empty(),
         interleaved: !decoys.is_empty(),

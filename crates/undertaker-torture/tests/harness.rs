@@ -26,7 +26,13 @@ fn namespaces_available() -> bool {
             .unwrap_or(false)
     };
     try_unshare(&["--pid", "--fork", "--mount-proc"])
-        || try_unshare(&["--user", "--map-root-user", "--pid", "--fork", "--mount-proc"])
+        || try_unshare(&[
+            "--user",
+            "--map-root-user",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+        ])
 }
 
 #[test]
