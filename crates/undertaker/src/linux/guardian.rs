@@ -424,6 +424,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller.me().pgrp,
         nofile,
         join_fd.as_ref().map(|fd| fd.as_raw_fd()),
+        signaller.me().pid,
     );
     let child = cmd.spawn().map_err(|e| {
         if let Some(cg) = &cgroup_tree {

@@ -223,7 +223,7 @@ fn run_init(
     // The guardian's group is not visible in here, so tcgetpgrp() reports 0 while it is
     // in the foreground; i32::MIN never matches, so a background guardian hands nothing.
     let fg = if was_foreground { 0 } else { i32::MIN };
-    sys::install_child_setup(&mut cmd, fg, spec.nofile, None);
+    sys::install_child_setup(&mut cmd, fg, spec.nofile, None, std::process::id() as i32);
     let child = cmd.spawn().map_err(|e| {
         let err = super::guardian::spawn_error(program, e);
         (err.exit_code(), err.to_string())

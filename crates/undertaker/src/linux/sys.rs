@@ -202,13 +202,23 @@ pub fn install_child_setup(
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
     cgroup_procs: Option<RawFd>,
+    guardian_pid: i32,
 ) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure only makes async-signal-safe calls (write, sigemptyset,
+    // SAFETY: the closure only makes async-signal-safe calls (prctl, getppid, write, sigemptyset,
     // getrlimit, setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid) and
     // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // If the guardian dies from here on, CMD dies with it: a guardian killed
+            // mid-spawn must not leave a CMD that starts after the sweep looked. Safe
+            // here (DESIGN §3): the guardian is our own single-threaded process. The
+            // re-check catches a guardian that died before the prctl.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
+                || libc::getppid() != guardian_pid
+            {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
             if let Some(fd) = cgroup_procs {
                 let n = libc::write(fd, b"0".as_ptr().cast(), 1);
                 if n != 1 {
