@@ -18,6 +18,15 @@ fn status_of(args: &[&str]) -> i32 {
         .expect("undertaker exited by signal")
 }
 
+/// A path that certainly names no file (some machines do have a /nonexistent).
+fn missing_program() -> String {
+    std::env::temp_dir()
+        .join(format!("undertaker-missing-{}", std::process::id()))
+        .join("cmd")
+        .display()
+        .to_string()
+}
+
 #[test]
 fn every_exit_code_passes_through() {
     // One guardian per code would take a while; a shell loop inside one test keeps
@@ -38,10 +47,7 @@ fn death_by_signal_is_128_plus_n() {
 
 #[test]
 fn not_found_not_executable_and_usage() {
-    assert_eq!(
-        status_of(&["run", "--", "/nonexistent/undertaker-cmd"]),
-        127
-    );
+    assert_eq!(status_of(&["run", "--", &missing_program()]), 127);
     let scratch = Scratch::new("noexec");
     let plain = scratch.file("plain.txt", "not a program\n");
     assert_eq!(status_of(&["run", "--", plain.to_str().unwrap()]), 126);
@@ -60,7 +66,7 @@ fn not_found_not_executable_and_usage() {
 #[test]
 fn errors_are_one_line() {
     let out = undertaker()
-        .args(["run", "--", "/nonexistent/undertaker-cmd"])
+        .args(["run", "--", &missing_program()])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

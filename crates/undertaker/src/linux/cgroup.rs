@@ -133,12 +133,17 @@ pub fn locate() -> Result<Location, String> {
     if rustix::process::geteuid().is_root() {
         let dir = mount.mount_point.join("undertaker");
         match rustix::fs::mkdir(&dir, Mode::from_raw_mode(0o755)) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {
+            // Root of a user namespace is not root of the cgroupfs: the directory
+            // may exist yet belong to an unmapped owner, so check we can write it.
+            Ok(()) | Err(rustix::io::Errno::EXIST) if writable(&dir) => {
                 return Ok(Location {
                     mount,
                     parent: dir,
                     kind: "root",
                 })
+            }
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {
+                why.push(format!("{} is not writable by us", dir.display()))
             }
             Err(e) => why.push(format!("cannot create {}: {e}", dir.display())),
         }
