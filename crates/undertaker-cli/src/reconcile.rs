@@ -47,6 +47,22 @@ fn print_table(header: &[&str], rows: &[Vec<String>]) {
     }
 }
 
+/// Prints `items` as JSON, or as a table under `header` with one row per item;
+/// returns the exit code (0).
+fn print_listing<T: serde::Serialize>(
+    items: &[T],
+    json: bool,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> i32 {
+    if json {
+        print_json(&items);
+    } else {
+        print_table(header, &items.iter().map(row).collect::<Vec<_>>());
+    }
+    0
+}
+
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
@@ -74,13 +90,13 @@ pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
             return 1;
         }
     };
-    if args.json {
-        print_json(&rows);
-        return 0;
-    }
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
+    print_listing(
+        &rows,
+        args.json,
+        &[
+            "ID", "LABEL", "TIER", "GUARDIAN", "OWNER", "ROOT", "LIVE", "STATE", "AGE",
+        ],
+        |r| {
             vec![
                 r.id.clone(),
                 opt(r.label.clone()),
@@ -92,15 +108,8 @@ pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
                 r.state.to_string(),
                 age(r.age_ms),
             ]
-        })
-        .collect();
-    print_table(
-        &[
-            "ID", "LABEL", "TIER", "GUARDIAN", "OWNER", "ROOT", "LIVE", "STATE", "AGE",
-        ],
-        &table,
-    );
-    0
+        },
+    )
 }
 
 fn print_tree_sweep(t: &TreeSweep) {
@@ -269,13 +278,13 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
             }
         }
     };
-    if args.json {
-        print_json(&entries);
-        return 0;
-    }
-    let rows: Vec<Vec<String>> = entries
-        .iter()
-        .map(|e| {
+    print_listing(
+        &entries,
+        args.json,
+        &[
+            "TIME", "TREE", "ACTOR", "EVENT", "PID", "SIGNAL", "PROOF", "OUTCOME",
+        ],
+        |e| {
             let detail = match (&e.refusal_code, &e.message) {
                 (Some(code), Some(m)) => format!("{code}: {m}"),
                 (None, Some(m)) => m.clone(),
@@ -294,15 +303,8 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                 opt(e.proof.clone()),
                 detail,
             ]
-        })
-        .collect();
-    print_table(
-        &[
-            "TIME", "TREE", "ACTOR", "EVENT", "PID", "SIGNAL", "PROOF", "OUTCOME",
-        ],
-        &rows,
-    );
-    0
+        },
+    )
 }
 
 #[cfg(test)]

@@ -2,11 +2,13 @@
 //! reads, and a blocked mask is inherited across fork and exec, so a leaked mask makes
 //! CMD ignore SIGTERM (teardown then always waits out the grace period) and SIGINT.
 
-use std::process::Command;
+mod common;
+
+use common::undertaker;
 
 #[test]
 fn command_starts_with_an_empty_signal_mask() {
-    let out = Command::new(env!("CARGO_BIN_EXE_undertaker"))
+    let out = undertaker()
         .args(["run", "--", "cat", "/proc/self/status"])
         .output()
         .expect("running undertaker");

@@ -1,11 +1,9 @@
 //! `undertaker doctor`: human table and stable JSON.
 #![cfg(target_os = "linux")]
 
-use std::process::Command;
+mod common;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_undertaker")
-}
+use common::undertaker;
 
 const CHECKS: [&str; 8] = [
     "pidfd_open",
@@ -20,10 +18,7 @@ const CHECKS: [&str; 8] = [
 
 #[test]
 fn json_has_the_documented_fields() {
-    let out = Command::new(bin())
-        .args(["doctor", "--json"])
-        .output()
-        .unwrap();
+    let out = undertaker().args(["doctor", "--json"]).output().unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["kernel"].as_str().is_some_and(|k| !k.is_empty()));
@@ -45,7 +40,7 @@ fn json_has_the_documented_fields() {
     // The machine's own answer must agree with what `run --tier` does.
     for tier in ["cgroup", "pidns"] {
         let ok = v["tiers"][tier]["available"].as_bool().unwrap();
-        let st = Command::new(bin())
+        let st = undertaker()
             .args(["run", "--tier", tier, "--", "true"])
             .status()
             .unwrap();
@@ -55,7 +50,7 @@ fn json_has_the_documented_fields() {
 
 #[test]
 fn human_output_is_an_aligned_table() {
-    let out = Command::new(bin()).arg("doctor").output().unwrap();
+    let out = undertaker().arg("doctor").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = text.lines().collect();

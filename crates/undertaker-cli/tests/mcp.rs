@@ -90,12 +90,7 @@ fn mcp_stdio_server_works_through_undertaker() {
     );
     // Closing stdin is how a host ends a stdio server; the guardian then exits too.
     drop(stdin);
-    assert!(
-        wait_until(Duration::from_secs(20), || child
-            .try_wait()
-            .unwrap()
-            .is_some()),
-        "server did not exit on stdin EOF"
-    );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let status = wait_child(&mut child, Duration::from_secs(20));
+    assert!(status.is_some(), "server did not exit on stdin EOF");
+    assert_eq!(status.unwrap().code(), Some(0));
 }

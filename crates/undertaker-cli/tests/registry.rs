@@ -1,11 +1,13 @@
 //! The registry end to end: orphaned trees are found and swept with proof, decoys are
 //! never touched, and bad state (corrupt database, unsafe directory) is handled.
 
-mod support_registry;
+mod common;
 
+use common::*;
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Child;
 use std::time::Duration;
-use support_registry::*;
 
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
@@ -15,17 +17,35 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Starts a guarded shell (label `label`) with one `sleep` child; returns the guardian
+/// and the tree id once the tree is running and recorded.
+fn start_sleeper(tmp: &Scratch, state: &Path, label: &str) -> (Child, String) {
+    let script = format!(
+        "sleep 1000 & echo ready > {}/ready; wait",
+        tmp.path().display()
+    );
+    let guardian = spawn_guarded(state, label, &script, &[]);
+    assert!(wait_for_file(
+        &tmp.path().join("ready"),
+        Duration::from_secs(20)
+    ));
+    let id = find_tree(state, label, Duration::from_secs(5)).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (guardian, id)
+}
+
 #[test]
 fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
-    if !in_private_pidns("killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive") {
+    if !isolate("killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive") {
         return;
     }
-    let tmp = TempDir::new("zoo");
+    let tmp = Scratch::new("zoo");
     let state = tmp.path().join("state");
-    let decoy_log = tmp.path().join("decoy-plain.log");
-    let decoy = spawn_decoy(&decoy_log);
+    let (decoy, decoy_log) = spawn_decoy(&tmp, "decoy-plain.log");
 
-    let mut guardian = spawn_guarded(&state, "zoo", &zoo_script(tmp.path()), &[]);
+    let mut guardian = spawn_guarded(&state, "zoo", &zoo_with_exited_member(tmp.path()), &[]);
     assert!(
         wait_for_file(&tmp.path().join("ready"), Duration::from_secs(20)),
         "zoo never got ready"
@@ -35,13 +55,11 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
     let before = survivors(&id);
     assert!(before.len() >= 5, "zoo members: {before:?}");
 
-    guardian.kill().unwrap(); // SIGKILL, as a host's timeout code would
-    guardian.wait().unwrap();
-    // CMD itself dies with its guardian (PDEATHSIG); the escaped members do not.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while survivors(&id).len() == before.len() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    kill9(&mut guardian); // as a host's timeout code would
+                          // CMD itself dies with its guardian (PDEATHSIG); the escaped members do not.
+    wait_until(Duration::from_secs(5), || {
+        survivors(&id).len() != before.len()
+    });
     let members = survivors(&id);
     assert_eq!(
         members.len(),
@@ -55,9 +73,8 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
         .trim()
         .parse()
         .unwrap();
-    std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", exited - 1)).unwrap();
-    let reuse_log = tmp.path().join("decoy-reuse.log");
-    let reuser = spawn_decoy(&reuse_log);
+    set_next_pid(exited).unwrap();
+    let (reuser, reuse_log) = spawn_decoy(&tmp, "decoy-reuse.log");
     assert_eq!(reuser.id() as i32, exited, "decoy did not reuse the pid");
 
     let ps = json(&ut(&state, &["ps", "--json"]));
@@ -91,11 +108,8 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
     assert_eq!(survivors(&id), Vec::<i32>::new());
 
     // Decoys: alive and never signalled.
-    for (child, log) in [(&decoy, &decoy_log), (&reuser, &reuse_log)] {
-        assert!(alive(child.id() as i32), "decoy {} died", child.id());
-        let got = std::fs::read_to_string(log).unwrap_or_default();
-        assert!(got.is_empty(), "decoy {} got signals: {got}", child.id());
-    }
+    assert_decoy_untouched(&decoy, &decoy_log);
+    assert_decoy_untouched(&reuser, &reuse_log);
 
     // Every signal is in the log with its proof; none hit a decoy.
     let log = json(&ut(&state, &["log", "--json", "--tree", &id[..8]]));
@@ -122,38 +136,21 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
         .is_empty());
 
     for mut c in [decoy, reuser] {
-        c.kill().unwrap();
-        c.wait().unwrap();
+        kill9(&mut c);
     }
 }
 
 #[test]
 fn corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works() {
-    if !in_private_pidns("corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works") {
+    if !isolate("corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works") {
         return;
     }
-    let tmp = TempDir::new("corrupt");
+    let tmp = Scratch::new("corrupt");
     let state = tmp.path().join("state");
-    let script = format!(
-        "sleep 1000 & echo ready > {}/ready; wait",
-        tmp.path().display()
-    );
-    let mut guardian = spawn_guarded(&state, "doomed", &script, &[]);
-    assert!(wait_for_file(
-        &tmp.path().join("ready"),
-        Duration::from_secs(20)
-    ));
-    let id = find_tree(&state, "doomed", Duration::from_secs(5)).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    guardian.kill().unwrap();
-    guardian.wait().unwrap();
+    let (mut guardian, id) = start_sleeper(&tmp, &state, "doomed");
+    kill9(&mut guardian);
     // CMD (the shell) dies with its guardian; its `sleep` is left for the sweep.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while survivors(&id).len() != 1 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(Duration::from_secs(5), || survivors(&id).len() == 1);
     assert_eq!(survivors(&id).len(), 1);
 
     let db = state.join("registry.db");
@@ -195,16 +192,15 @@ fn corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works() {
 
 #[test]
 fn hundred_concurrent_runs_all_recorded_and_finished() {
-    let tmp = TempDir::new("hundred");
+    let tmp = Scratch::new("hundred");
     let state = tmp.path().join("state");
     let children: Vec<_> = (0..100)
         .map(|_| {
-            std::process::Command::new(BIN)
+            undertaker()
                 .arg("run")
                 .arg("--state-dir")
                 .arg(&state)
                 .args(["--", "true"])
-                .env_remove("UNDERTAKER_TREE")
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -225,7 +221,7 @@ fn hundred_concurrent_runs_all_recorded_and_finished() {
 
 #[test]
 fn guardian_killed_before_spawn_is_found_and_finished() {
-    let tmp = TempDir::new("prespawn");
+    let tmp = Scratch::new("prespawn");
     let state = tmp.path().join("state");
     let mut guardian = spawn_guarded(
         &state,
@@ -236,8 +232,7 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
     let row = find_tree(&state, "never-started", Duration::from_secs(10)).expect("row written");
     assert!(row["root_pid"].is_null(), "{row}");
     assert_eq!(row["state"], "running");
-    guardian.kill().unwrap();
-    guardian.wait().unwrap();
+    kill9(&mut guardian);
     let ps = json(&ut(&state, &["ps", "--json"]));
     assert_eq!(ps[0]["state"], "orphaned");
     let out = ut(&state, &["sweep", "--json"]);
@@ -253,21 +248,9 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
 
 #[test]
 fn kill_tears_down_a_live_tree_through_its_guardian() {
-    let tmp = TempDir::new("kill");
+    let tmp = Scratch::new("kill");
     let state = tmp.path().join("state");
-    let script = format!(
-        "sleep 1000 & echo ready > {}/ready; wait",
-        tmp.path().display()
-    );
-    let mut guardian = spawn_guarded(&state, "victim", &script, &[]);
-    assert!(wait_for_file(
-        &tmp.path().join("ready"),
-        Duration::from_secs(20)
-    ));
-    let id = find_tree(&state, "victim", Duration::from_secs(5)).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (mut guardian, id) = start_sleeper(&tmp, &state, "victim");
     let out = ut(&state, &["kill", &id[..10]]);
     assert_eq!(
         out.status.code(),
@@ -290,7 +273,7 @@ fn kill_tears_down_a_live_tree_through_its_guardian() {
 
 #[test]
 fn unknown_or_malformed_tree_ids_are_usage_errors() {
-    let tmp = TempDir::new("unknown");
+    let tmp = Scratch::new("unknown");
     let state = tmp.path().join("state");
     for id in [
         "deadbeef",
@@ -308,7 +291,7 @@ fn unknown_or_malformed_tree_ids_are_usage_errors() {
 
 #[test]
 fn unsafe_state_dirs_are_refused() {
-    let tmp = TempDir::new("unsafe");
+    let tmp = Scratch::new("unsafe");
     let real = tmp.path().join("real");
     std::fs::create_dir(&real).unwrap();
     let link = tmp.path().join("link");
@@ -318,8 +301,7 @@ fn unsafe_state_dirs_are_refused() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
     }
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
+    if !is_root() {
         skip("foreign-owned state dir needs root to chown");
         return;
     }

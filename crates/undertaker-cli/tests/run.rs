@@ -3,7 +3,10 @@
 mod common;
 
 use common::*;
+use rustix::process::Signal;
 use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,31 @@ fn missing_program() -> String {
         .join("cmd")
         .display()
         .to_string()
+}
+
+/// A pipe whose read end survives exec, for `--owner-fd`.
+fn owner_pipe() -> (OwnedFd, OwnedFd) {
+    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    rustix::io::fcntl_setfd(&read_end, rustix::io::FdFlags::empty()).unwrap();
+    (read_end, write_end)
+}
+
+/// Writes the perl zoo into a fresh scratch dir; returns the dir, the script and the
+/// file its members record their pids in.
+fn zoo_files(tag: &str) -> (Scratch, PathBuf, PathBuf) {
+    let scratch = Scratch::new(tag);
+    let zoo = scratch.file("zoo.pl", ZOO);
+    let pids = scratch.path().join("pids");
+    (scratch, zoo, pids)
+}
+
+/// Waits until every zoo member has recorded its pid.
+fn wait_for_zoo(pids: &std::path::Path) {
+    assert!(
+        wait_until(Duration::from_secs(20), || zoo_pids(pids).len() == ZOO_SIZE),
+        "zoo did not start: {:?}",
+        zoo_pids(pids)
+    );
 }
 
 #[test]
@@ -80,47 +108,27 @@ fn dead_owner_means_cmd_never_runs() {
     let marker = scratch.path().join("ran");
     let touch = format!("touch {}", marker.display());
 
-    // --owner-fd: a pipe whose write end is already closed.
-    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-    drop(write_end);
-    let fd = {
-        use std::os::fd::AsRawFd;
-        read_end.as_raw_fd()
+    let run_touch = |owner: &[&str]| {
+        undertaker()
+            .arg("run")
+            .args(owner)
+            .args(["--", "sh", "-c", &touch])
+            .status()
+            .unwrap()
+            .code()
     };
-    rustix::io::fcntl_setfd(&read_end, rustix::io::FdFlags::empty()).unwrap();
-    let code = undertaker()
-        .args([
-            "run",
-            "--owner-fd",
-            &fd.to_string(),
-            "--",
-            "sh",
-            "-c",
-            &touch,
-        ])
-        .status()
-        .unwrap()
-        .code();
-    assert_eq!(code, Some(125));
+
+    // --owner-fd: a pipe whose write end is already closed.
+    let (read_end, write_end) = owner_pipe();
+    drop(write_end);
+    let fd = read_end.as_raw_fd().to_string();
+    assert_eq!(run_touch(&["--owner-fd", &fd]), Some(125));
 
     // --owner PID: a process that has exited and been reaped.
     let mut gone = Command::new("true").spawn().unwrap();
-    let gone_pid = gone.id();
+    let gone_pid = gone.id().to_string();
     gone.wait().unwrap();
-    let code = undertaker()
-        .args([
-            "run",
-            "--owner",
-            &gone_pid.to_string(),
-            "--",
-            "sh",
-            "-c",
-            &touch,
-        ])
-        .status()
-        .unwrap()
-        .code();
-    assert_eq!(code, Some(125));
+    assert_eq!(run_touch(&["--owner", &gone_pid]), Some(125));
     assert!(!marker.exists(), "CMD ran although its owner was gone");
 }
 
@@ -128,21 +136,10 @@ fn dead_owner_means_cmd_never_runs() {
 fn owner_fd_eof_tears_down() {
     let scratch = Scratch::new("ownerfd");
     let pids = scratch.path().join("pids");
-    let (read_end, write_end) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-    rustix::io::fcntl_setfd(&read_end, rustix::io::FdFlags::empty()).unwrap();
-    let fd = {
-        use std::os::fd::AsRawFd;
-        read_end.as_raw_fd()
-    };
+    let (read_end, write_end) = owner_pipe();
+    let fd = read_end.as_raw_fd().to_string();
     let mut guardian = undertaker()
-        .args([
-            "run",
-            "--grace",
-            "200ms",
-            "--owner-fd",
-            &fd.to_string(),
-            "--",
-        ])
+        .args(["run", "--grace", "200ms", "--owner-fd", &fd, "--"])
         .args([
             "sh",
             "-c",
@@ -263,8 +260,6 @@ sleep 1000 while 1;
         .unwrap();
     assert!(wait_until(Duration::from_secs(10), || read_lines(&log)
         .contains(&"ready".into())));
-    let gpid = rustix::process::Pid::from_raw(guardian.id() as i32).unwrap();
-    use rustix::process::{kill_process, Signal};
     let sent = [
         (Signal::INT, "INT"),
         (Signal::HUP, "HUP"),
@@ -274,8 +269,7 @@ sleep 1000 while 1;
         (Signal::WINCH, "WINCH"),
     ];
     for (sig, name) in sent {
-        // The guardian is our own unreaped child: its pid cannot be reused.
-        kill_process(gpid, sig).unwrap();
+        signal_child(&guardian, sig);
         assert!(
             wait_until(Duration::from_secs(10), || read_lines(&log)
                 .contains(&name.into())),
@@ -286,7 +280,7 @@ sleep 1000 while 1;
         guardian.try_wait().unwrap().is_none(),
         "guardian exited early"
     );
-    kill_process(gpid, Signal::TERM).unwrap();
+    signal_child(&guardian, Signal::TERM);
     let status = guardian.wait().unwrap();
     assert!(read_lines(&log).contains(&"TERM".into()));
     assert_eq!(status.code(), Some(0), "CMD exited 0 from its TERM handler");
@@ -299,9 +293,7 @@ fn owner_kill_9_leaves_no_survivor() {
     if !isolate("owner_kill_9_leaves_no_survivor") {
         return;
     }
-    let scratch = Scratch::new("zoo");
-    let zoo = scratch.file("zoo.pl", ZOO);
-    let pids = scratch.path().join("pids");
+    let (_scratch, zoo, pids) = zoo_files("zoo");
     let mut host = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -313,30 +305,15 @@ fn owner_kill_9_leaves_no_survivor() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(
-        wait_until(Duration::from_secs(20), || zoo_pids(&pids).len()
-            == ZOO_SIZE),
-        "zoo did not start: {:?}",
-        zoo_pids(&pids)
-    );
+    wait_for_zoo(&pids);
     let before = live_processes_except_self();
     assert!(before.len() >= ZOO_SIZE + 3, "{before:?}");
-    host.kill().unwrap(); // SIGKILL to our own child, the host
-    host.wait().unwrap();
-    let gone = wait_until(Duration::from_secs(2), || {
-        reap_zombies();
-        live_processes_except_self().is_empty()
-    });
-    let left: Vec<_> = live_processes_except_self()
-        .into_iter()
-        .map(|p| {
-            (
-                p,
-                std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default(),
-            )
-        })
-        .collect();
-    assert!(gone, "survivors 2 s after the owner's kill -9: {left:?}");
+    kill9(&mut host);
+    let left = survivors_after(Duration::from_secs(2));
+    assert!(
+        left.is_empty(),
+        "survivors 2 s after the owner's kill -9: {left:?}"
+    );
 }
 
 #[test]
@@ -344,9 +321,7 @@ fn cmd_exit_tears_down_the_rest_before_returning() {
     if !isolate("cmd_exit_tears_down_the_rest_before_returning") {
         return;
     }
-    let scratch = Scratch::new("mainexit");
-    let zoo = scratch.file("zoo.pl", ZOO);
-    let pids = scratch.path().join("pids");
+    let (_scratch, zoo, pids) = zoo_files("mainexit");
     let script = format!(
         "perl {} {} & while [ $(wc -l < {} 2>/dev/null || echo 0) -lt {} ]; do sleep 0.05; done; exit 3",
         zoo.display(),
@@ -371,24 +346,16 @@ fn sigterm_to_undertaker_tears_down_within_grace() {
     if !isolate("sigterm_to_undertaker_tears_down_within_grace") {
         return;
     }
-    let scratch = Scratch::new("term");
-    let zoo = scratch.file("zoo.pl", ZOO);
-    let pids = scratch.path().join("pids");
+    let (_scratch, zoo, pids) = zoo_files("term");
     let mut guardian = undertaker()
         .args(["run", "--grace", "500ms", "--", "perl"])
         .arg(&zoo)
         .arg(&pids)
         .spawn()
         .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || zoo_pids(&pids)
-        .len()
-        == ZOO_SIZE));
+    wait_for_zoo(&pids);
     let start = Instant::now();
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    signal_child(&guardian, Signal::TERM);
     let status = guardian.wait().unwrap();
     let took = start.elapsed();
     // The zoo's root perl has no TERM handler, so CMD dies of SIGTERM.
@@ -424,8 +391,7 @@ fn decoy_with_recycled_pid_is_never_signalled() {
     // Give the decoy the exited member's pid.
     if let Err(e) = set_next_pid(recycled) {
         skip(&format!("cannot write ns_last_pid: {e}"));
-        guardian.kill().unwrap();
-        guardian.wait().unwrap();
+        kill9(&mut guardian);
         return;
     }
     let (mut decoy, decoy_log) = spawn_decoy(&scratch, "decoy.log");
@@ -434,18 +400,8 @@ fn decoy_with_recycled_pid_is_never_signalled() {
         recycled,
         "ns_last_pid did not hand out the pid"
     );
-    rustix::process::kill_process(
-        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
-        rustix::process::Signal::TERM,
-    )
-    .unwrap();
+    signal_child(&guardian, Signal::TERM);
     guardian.wait().unwrap();
-    assert!(alive(decoy.id() as i32), "decoy was killed");
-    assert_eq!(
-        read_lines(&decoy_log),
-        vec!["ready".to_string()],
-        "decoy got signals"
-    );
-    decoy.kill().unwrap();
-    decoy.wait().unwrap();
+    assert_decoy_untouched(&decoy, &decoy_log);
+    kill9(&mut decoy);
 }

@@ -2,20 +2,21 @@
 //! and of the guardian. Destructive bodies run inside a private PID namespace.
 #![cfg(target_os = "linux")]
 
-mod support_tiers;
+mod common;
 
-use std::process::Command;
+use common::*;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support_tiers::*;
 
-fn cgroup_available() -> Result<(), String> {
-    undertaker::linux::cgroup::locate().map(|_| ())
-}
-
-/// Asked of the binary: the probe forks, which the multi-threaded test harness may not.
-fn pidns_available() -> Result<(), String> {
-    let out = Command::new(bin())
-        .args(["run", "--tier", "pidns", "--", "true"])
+/// `Ok` when `tier` can guard a tree here. Asked of the binary for pidns: the probe
+/// forks, which the multi-threaded test harness may not.
+fn tier_available(tier: &str) -> Result<(), String> {
+    if tier == "cgroup" {
+        return undertaker::linux::cgroup::locate().map(|_| ());
+    }
+    let out = undertaker()
+        .args(["run", "--tier", tier, "--", "true"])
         .output()
         .map_err(|e| e.to_string())?;
     if out.status.success() {
@@ -23,6 +24,44 @@ fn pidns_available() -> Result<(), String> {
     } else {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
     }
+}
+
+/// Skips the test (false) unless `tier` is available here.
+fn require_tier(tier: &str) -> bool {
+    match tier_available(tier) {
+        Ok(()) => true,
+        Err(why) => {
+            skip(&format!("{tier} tier unavailable: {why}"));
+            false
+        }
+    }
+}
+
+/// Tree cgroups on disk whose guardian had pid `guardian` (in this namespace).
+fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
+    use undertaker::linux::cgroup::{list_tree_cgroups, GuardianState};
+    list_tree_cgroups(&undertaker::linux::procfs::Procfs::new())
+        .into_iter()
+        .filter(|f| f.guardian_pid == guardian && f.guardian != GuardianState::Unknown)
+        .map(|f| f.path)
+        .collect()
+}
+
+/// Starts `undertaker run --tier TIER` guarding the zoo, owned by `owner`; as uid 65534
+/// when `as_nobody`.
+fn spawn_guarded_zoo(tier: &str, owner: i32, dir: &Scratch, as_nobody: bool) -> Child {
+    let mut cmd = if as_nobody {
+        undertaker_as_nobody()
+    } else {
+        undertaker()
+    };
+    cmd.args(["run", "--tier", tier, "--grace", "300ms", "--owner"])
+        .arg(owner.to_string())
+        .args(["--", "sh", "-c"])
+        .arg(zoo_with_escapees(dir.path()))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 enum Victim {
@@ -33,154 +72,137 @@ enum Victim {
 /// Starts the zoo under `tier`, kill -9s the owner or the guardian, and returns the
 /// guardian's pid once the zoo is torn down (or left to a sweep).
 fn zoo_then_kill(tier: &str, victim: Victim, as_nobody: bool, name: &str) -> i32 {
-    let dir = scratch(name);
-    let mut owner = spawn_owner();
+    let dir = Scratch::world_writable(name);
+    // A stand-in owner: a process we started and will kill -9.
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
     let mut guardian = spawn_guarded_zoo(tier, owner.id() as i32, &dir, as_nobody);
     assert!(
-        wait_for_file(&dir.join("ready"), Duration::from_secs(20)),
+        wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
         "zoo never became ready"
     );
-    assert!(
-        survivors().len() >= 8,
-        "zoo did not start: {:?}",
-        survivors()
-    );
+    let started = live_processes_except_self();
+    assert!(started.len() >= 8, "zoo did not start: {started:?}");
     let gpid = guardian.id() as i32;
     match victim {
         Victim::Owner => {
-            owner.kill().unwrap();
-            owner.wait().unwrap();
+            kill9(&mut owner);
             let st = wait_child(&mut guardian, Duration::from_secs(30));
             assert!(st.is_some(), "guardian did not finish after owner death");
         }
         Victim::Guardian => {
-            guardian.kill().unwrap();
-            guardian.wait().unwrap();
-            owner.kill().unwrap();
-            owner.wait().unwrap();
+            kill9(&mut guardian);
+            kill9(&mut owner);
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     gpid
 }
 
-fn assert_no_survivors(limit: Duration) {
-    let left = survivors_after(limit);
+fn assert_no_survivors() {
+    let left = survivors_after(Duration::from_secs(5));
     assert!(left.is_empty(), "survivors: {left:#?}");
+}
+
+/// The pidns tier run as uid 65534 (skipped unless root can switch to it and user
+/// namespaces are open to it), with `victim` killed: nothing may be left.
+fn pidns_as_nobody_leaves_no_survivor(test_name: &str, victim: Victim, name: &str) {
+    if !is_root() {
+        return skip("needs root to switch to uid 65534 with setpriv");
+    }
+    if !isolate(test_name) {
+        return;
+    }
+    let probe = undertaker_as_nobody()
+        .args(["run", "--tier", "pidns", "--", "true"])
+        .status()
+        .unwrap();
+    if !probe.success() {
+        return skip("user namespaces are not available to uid 65534 here");
+    }
+    zoo_then_kill("pidns", victim, true, name);
+    assert_no_survivors();
 }
 
 #[test]
 fn cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup() {
-    if let Err(why) = cgroup_available() {
-        return skip(&format!("cgroup tier unavailable: {why}"));
-    }
-    if !in_private_pidns("cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup") {
+    if !require_tier("cgroup") || !isolate("cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup") {
         return;
     }
     let gpid = zoo_then_kill("cgroup", Victim::Owner, false, "cg-owner");
-    assert_no_survivors(Duration::from_secs(5));
-    assert_eq!(tree_cgroups_of(gpid), Vec::<std::path::PathBuf>::new());
+    assert_no_survivors();
+    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
 }
 
 #[test]
 fn cgroup_guardian_kill9_then_one_sweep_leaves_no_survivor() {
-    if let Err(why) = cgroup_available() {
-        return skip(&format!("cgroup tier unavailable: {why}"));
-    }
-    if !in_private_pidns("cgroup_guardian_kill9_then_one_sweep_leaves_no_survivor") {
+    if !require_tier("cgroup")
+        || !isolate("cgroup_guardian_kill9_then_one_sweep_leaves_no_survivor")
+    {
         return;
     }
     let gpid = zoo_then_kill("cgroup", Victim::Guardian, false, "cg-guardian");
-    assert!(!survivors().is_empty(), "nothing left for the sweep to do?");
+    assert!(
+        !live_processes_except_self().is_empty(),
+        "nothing left for the sweep to do?"
+    );
     assert_eq!(
         tree_cgroups_of(gpid).len(),
         1,
         "the orphaned cgroup is findable"
     );
-    let out = Command::new(bin()).arg("sweep").output().unwrap();
+    let out = undertaker().arg("sweep").output().unwrap();
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_no_survivors(Duration::from_secs(5));
-    assert_eq!(tree_cgroups_of(gpid), Vec::<std::path::PathBuf>::new());
+    assert_no_survivors();
+    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
 }
 
 #[test]
 fn pidns_owner_kill9_leaves_no_survivor() {
-    if let Err(why) = pidns_available() {
-        return skip(&format!("pidns tier unavailable: {why}"));
-    }
-    if !in_private_pidns("pidns_owner_kill9_leaves_no_survivor") {
+    if !require_tier("pidns") || !isolate("pidns_owner_kill9_leaves_no_survivor") {
         return;
     }
     zoo_then_kill("pidns", Victim::Owner, false, "ns-owner");
-    assert_no_survivors(Duration::from_secs(5));
+    assert_no_survivors();
 }
 
 #[test]
 fn pidns_guardian_kill9_leaves_no_survivor_without_sweep() {
-    if let Err(why) = pidns_available() {
-        return skip(&format!("pidns tier unavailable: {why}"));
-    }
-    if !in_private_pidns("pidns_guardian_kill9_leaves_no_survivor_without_sweep") {
+    if !require_tier("pidns") || !isolate("pidns_guardian_kill9_leaves_no_survivor_without_sweep") {
         return;
     }
     zoo_then_kill("pidns", Victim::Guardian, false, "ns-guardian");
     // No sweep: the kernel kills the namespace when its init dies.
-    assert_no_survivors(Duration::from_secs(5));
+    assert_no_survivors();
 }
 
 #[test]
 fn pidns_as_normal_user_guardian_kill9_leaves_no_survivor() {
-    if !is_root() {
-        return skip("needs root to switch to uid 65534 with setpriv");
-    }
-    if !in_private_pidns("pidns_as_normal_user_guardian_kill9_leaves_no_survivor") {
-        return;
-    }
-    let probe = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin())
-        .args(["run", "--tier", "pidns", "--", "true"])
-        .status()
-        .unwrap();
-    if !probe.success() {
-        return skip("user namespaces are not available to uid 65534 here");
-    }
-    zoo_then_kill("pidns", Victim::Guardian, true, "ns-user");
-    assert_no_survivors(Duration::from_secs(5));
+    pidns_as_nobody_leaves_no_survivor(
+        "pidns_as_normal_user_guardian_kill9_leaves_no_survivor",
+        Victim::Guardian,
+        "ns-user",
+    );
 }
 
 #[test]
 fn pidns_as_normal_user_owner_kill9_leaves_no_survivor() {
-    if !is_root() {
-        return skip("needs root to switch to uid 65534 with setpriv");
-    }
-    if !in_private_pidns("pidns_as_normal_user_owner_kill9_leaves_no_survivor") {
-        return;
-    }
-    let probe = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin())
-        .args(["run", "--tier", "pidns", "--", "true"])
-        .status()
-        .unwrap();
-    if !probe.success() {
-        return skip("user namespaces are not available to uid 65534 here");
-    }
-    zoo_then_kill("pidns", Victim::Owner, true, "ns-user-owner");
-    assert_no_survivors(Duration::from_secs(5));
+    pidns_as_nobody_leaves_no_survivor(
+        "pidns_as_normal_user_owner_kill9_leaves_no_survivor",
+        Victim::Owner,
+        "ns-user-owner",
+    );
 }
 
 #[test]
 fn pidns_shows_its_own_proc_and_passes_the_exit_status() {
-    if let Err(why) = pidns_available() {
-        return skip(&format!("pidns tier unavailable: {why}"));
+    if !require_tier("pidns") {
+        return;
     }
-    let out = Command::new(bin())
+    let out = undertaker()
         .args(["run", "--tier", "pidns", "--", "sh", "-c"])
         .arg("echo $$; ls /proc | grep -c '^[0-9]'; exit 7")
         .output()
@@ -195,13 +217,13 @@ fn pidns_shows_its_own_proc_and_passes_the_exit_status() {
 
 #[test]
 fn finished_cgroup_tree_leaves_no_cgroup_and_reports_status() {
-    if let Err(why) = cgroup_available() {
-        return skip(&format!("cgroup tier unavailable: {why}"));
+    if !require_tier("cgroup") {
+        return;
     }
-    let child = Command::new(bin())
+    let child = undertaker()
         .args(["run", "--tier", "cgroup", "--", "sh", "-c"])
         .arg("grep '^0::' /proc/self/cgroup; sleep 1000 & exit 5")
-        .stdout(std::process::Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let gpid = child.id() as i32;
@@ -218,15 +240,15 @@ fn finished_cgroup_tree_leaves_no_cgroup_and_reports_status() {
         undertaker::linux::cgroup::parse_dir_name(parsed).is_some(),
         "{parsed}"
     );
-    assert_eq!(tree_cgroups_of(gpid), Vec::<std::path::PathBuf>::new());
+    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
 }
 
 #[test]
 fn auto_picks_cgroup_where_writable() {
-    if let Err(why) = cgroup_available() {
-        return skip(&format!("cgroup tier unavailable: {why}"));
+    if !require_tier("cgroup") {
+        return;
     }
-    let out = Command::new(bin())
+    let out = undertaker()
         .args(["run", "--", "grep", "^0::", "/proc/self/cgroup"])
         .output()
         .unwrap();
@@ -242,9 +264,7 @@ fn unavailable_cgroup_tier_exits_125_with_reason() {
     if !is_root() {
         return skip("needs root to switch to uid 65534 with setpriv");
     }
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(bin())
+    let out = undertaker_as_nobody()
         .args(["run", "--tier", "cgroup", "--", "true"])
         .output()
         .unwrap();

@@ -432,18 +432,7 @@ fn sweep_tree(
     };
     if dry_run {
         let (members, refusals) = source.members(&ctx.signaller);
-        let mut targets: Vec<SweepTarget> = members
-            .iter()
-            .map(|p| SweepTarget {
-                pid: p.pid(),
-                starttime: p.identity.starttime,
-                outcome: "would_signal".into(),
-                proof: Some(p.proof.label().into()),
-                refusal_code: None,
-                refusal: None,
-            })
-            .collect();
-        targets.extend(refusals.iter().map(|(pid, r)| refused_target(*pid, r)));
+        let mut targets = dry_run_targets(&members, &refusals);
         let mut left_alive = members.len();
         if let Some(cg) = cgroup_sweep {
             targets.extend(cg.targets);
@@ -531,18 +520,7 @@ fn sweep_cgroup(
     };
     if dry_run {
         let (members, refusals) = tree.members(&ctx.signaller);
-        let mut targets: Vec<SweepTarget> = members
-            .iter()
-            .map(|p| SweepTarget {
-                pid: p.pid(),
-                starttime: p.identity.starttime,
-                outcome: "would_signal".into(),
-                proof: Some(p.proof.label().into()),
-                refusal_code: None,
-                refusal: None,
-            })
-            .collect();
-        targets.extend(refusals.iter().map(|(pid, r)| refused_target(*pid, r)));
+        let targets = dry_run_targets(&members, &refusals);
         return TreeSweep {
             left_alive: members.len(),
             targets,
@@ -609,6 +587,22 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
     if let Err(e) = result {
         tracing::warn!("recording end of {id}: {e}");
     }
+}
+
+/// What a dry run reports: each proven member as "would_signal", then each refusal.
+fn dry_run_targets(members: &[ProvenProcess], refusals: &[(i32, Refusal)]) -> Vec<SweepTarget> {
+    members
+        .iter()
+        .map(|p| SweepTarget {
+            pid: p.pid(),
+            starttime: p.identity.starttime,
+            outcome: "would_signal".into(),
+            proof: Some(p.proof.label().into()),
+            refusal_code: None,
+            refusal: None,
+        })
+        .chain(refusals.iter().map(|(pid, r)| refused_target(*pid, r)))
+        .collect()
 }
 
 fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {

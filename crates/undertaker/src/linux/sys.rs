@@ -239,14 +239,7 @@ pub fn install_child_setup(
                 }
             }
             if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
-                let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-                libc::sigemptyset(set.as_mut_ptr());
-                let mut set = set.assume_init();
-                libc::sigaddset(&mut set, libc::SIGTTOU);
-                let mut old = MaybeUninit::<libc::sigset_t>::uninit();
-                libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
-                libc::tcsetpgrp(0, libc::getpid());
-                libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
+                set_foreground_quietly(libc::getpid());
             }
             Ok(())
         });
@@ -262,17 +255,27 @@ pub const CGROUP_JOIN_FAILED: i32 = libc::EBADFD;
 /// group handed it over; SIGTTOU is blocked in the guardian already when this runs.
 pub fn reclaim_foreground(pgrp: i32) {
     // SAFETY: plain syscalls on fd 0.
+    if unsafe { libc::isatty(0) } == 1 {
+        set_foreground_quietly(pgrp);
+    }
+}
+
+/// Makes `pgrp` the foreground group of the terminal on fd 0 with SIGTTOU blocked
+/// meanwhile (a background caller would otherwise be stopped by it), then restores the
+/// signal mask. Runs after fork in `pre_exec` too, so it only makes syscalls on the
+/// stack: no allocation, async-signal-safe.
+fn set_foreground_quietly(pgrp: i32) {
+    // SAFETY: sigset_t values live on the stack and are initialised by sigemptyset
+    // before use; tcsetpgrp on fd 0 has no memory preconditions.
     unsafe {
-        if libc::isatty(0) == 1 {
-            let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(set.as_mut_ptr());
-            let mut set = set.assume_init();
-            libc::sigaddset(&mut set, libc::SIGTTOU);
-            let mut old = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
-            libc::tcsetpgrp(0, pgrp);
-            libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-        }
+        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        let mut set = set.assume_init();
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        let mut old = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
+        libc::tcsetpgrp(0, pgrp);
+        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
     }
 }
 

@@ -1,0 +1,58 @@
+//! Capabilities, skipping, and re-running a test as PID 1 of a private PID namespace.
+
+use std::process::Command;
+
+const INSIDE: &str = "UNDERTAKER_TEST_INSIDE_PIDNS";
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Reports a test as skipped, or fails it in CI where every capability must exist.
+pub fn skip(reason: &str) {
+    assert!(!in_ci(), "required in CI but unavailable: {reason}");
+    eprintln!("skipped: {reason}");
+}
+
+/// Runs the calling test again, alone, inside a private PID (and mount) namespace,
+/// where it is PID 1 and can only ever see and signal its own processes. Returns `true`
+/// when the caller is already inside and should run its body; `false` after the inner
+/// run passed (or was skipped).
+pub fn isolate(test_name: &str) -> bool {
+    if std::env::var_os(INSIDE).is_some() {
+        return true;
+    }
+    let mut cmd = Command::new("unshare");
+    if !is_root() {
+        cmd.args(["--user", "--map-root-user"]);
+    }
+    cmd.args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(std::env::current_exe().expect("test binary path"))
+        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(INSIDE, "1")
+        .env_remove("UNDERTAKER_TREE");
+    let out = match cmd.output() {
+        Ok(out) => out,
+        Err(e) => {
+            skip(&format!("cannot run unshare: {e}"));
+            return false;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.starts_with("unshare:") {
+        skip(&format!("no private PID namespace here: {}", stderr.trim()));
+        return false;
+    }
+    eprintln!("--- inner run of {test_name} ---\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "isolated run of {test_name} failed or did not run ({})",
+        out.status
+    );
+    false
+}

@@ -1,0 +1,155 @@
+//! Waiting, reading what processes wrote, and counting the live ones.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// A scratch directory removed on drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Self {
+        let mut bytes = [0u8; 8];
+        rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).unwrap();
+        let name = format!(
+            "undertaker-test-{tag}-{}",
+            bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    /// One that any user can write to (a guarded tree may run as nobody).
+    pub fn world_writable(tag: &str) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let s = Self::new(tag);
+        std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+        s
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn file(&self, name: &str, contents: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, contents).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls until `cond` holds or `limit` passes. Used only to wait for setup, never to
+/// decide a verdict on speed.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+pub fn wait_for_file(path: &Path, limit: Duration) -> bool {
+    wait_until(limit, || path.exists())
+}
+
+/// Waits for a child of ours with a generous bound; `None` if it did not exit.
+pub fn wait_child(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let mut status = None;
+    wait_until(limit, || {
+        status = child.try_wait().ok().flatten();
+        status.is_some()
+    });
+    status
+}
+
+/// SIGKILL to a child of ours, then reaps it.
+pub fn kill9(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Sends `sig` to a child of ours. It is not reaped yet, so its pid cannot have been
+/// reused by anyone else.
+pub fn signal_child(child: &Child, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, sig).unwrap();
+}
+
+pub fn read_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// State letter of a live process, or `None` if it is gone.
+pub fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
+/// True if `pid` is alive and not a zombie.
+pub fn alive(pid: i32) -> bool {
+    matches!(proc_state(pid), Some(s) if s != 'Z' && s != 'X')
+}
+
+/// Every live (non-zombie) process in this PID namespace except ourselves. Inside
+/// `isolate` we are PID 1 and the namespace is ours, so these are what a test left.
+pub fn live_processes_except_self() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me && alive(pid))
+        .collect()
+}
+
+/// Live processes carrying `UNDERTAKER_TREE=tree`.
+pub fn survivors(tree: &str) -> Vec<i32> {
+    let want = format!("UNDERTAKER_TREE={tree}");
+    live_processes_except_self()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == want.as_bytes()))
+        })
+        .collect()
+}
+
+/// Waits (generously, reaping as we go) for every other process of this namespace to
+/// be gone; returns those left with their stat line, empty when none.
+pub fn survivors_after(limit: Duration) -> Vec<(i32, String)> {
+    wait_until(limit, || {
+        reap_zombies();
+        live_processes_except_self().is_empty()
+    });
+    live_processes_except_self()
+        .into_iter()
+        .map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            (p, stat.trim().to_owned())
+        })
+        .collect()
+}
+
+/// Reaps any zombie children of this process (we are PID 1 inside `isolate`).
+pub fn reap_zombies() {
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
+}
+
+/// Makes the next process forked in this PID namespace get `pid`.
+pub fn set_next_pid(pid: i32) -> std::io::Result<()> {
+    std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1))
+}
