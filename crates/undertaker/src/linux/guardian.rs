@@ -175,6 +175,11 @@ struct Guardian {
     no_children: bool,
     /// The tree's cgroup (cgroup tier).
     cgroup: Option<CgroupTree>,
+    /// Calls of `members()` so far (the first may skip the /proc walk, see there).
+    member_rounds: usize,
+    /// A descendant walk ran after the cgroup was seen empty: from then on every
+    /// descendant outside it had been found (the SIGKILL rounds walk again).
+    walked_after_empty: bool,
 }
 
 impl Guardian {
@@ -235,20 +240,66 @@ impl TreeSource for Guardian {
         Vec<(i32, crate::ladder::Refusal)>,
     ) {
         self.reap();
-        let (mut proven, mut refused) = prove_descendants(signaller);
-        if let Some(cg) = &self.cgroup {
-            // Both views: a member that left our descendants (setsid + reparenting
-            // elsewhere) is still in the cgroup, and one that moved out of the cgroup
-            // is still our descendant.
-            let (in_cgroup, cg_refused) = cg.members(signaller);
-            for p in in_cgroup {
+        let Some(cg) = &self.cgroup else {
+            return prove_descendants(signaller);
+        };
+        // Both views: a member that left our descendants (setsid + reparenting
+        // elsewhere) is still in the cgroup, and one that moved out of the cgroup is
+        // still our descendant. The cgroup is read from cgroup.procs; the descendant
+        // walk costs a scan of all of /proc, so the first (SIGTERM) round skips it while
+        // the cgroup is populated. Nothing is lost: a descendant outside the cgroup
+        // becomes our child (we are its subreaper) once its in-cgroup ancestors die, and
+        // then `needs_rescan` asks for a walk; every SIGKILL round walks anyway.
+        let (mut proven, mut refused) = cg.members(signaller);
+        let populated = cg.is_populated();
+        let walk = self.member_rounds > 0 || !populated;
+        self.member_rounds += 1;
+        if walk {
+            self.walked_after_empty |= !populated;
+            let (descendants, d_refused) = prove_descendants(signaller);
+            for p in descendants {
                 if !proven.iter().any(|q| q.pid() == p.pid()) {
                     proven.push(p);
                 }
             }
-            refused.extend(cg_refused);
+            refused.extend(d_refused);
         }
         (proven, refused)
+    }
+
+    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+        self.reap();
+        // CMD is unreaped (no status yet), so its number is still its own; prove_child
+        // pins it with a fresh pidfd and re-checks it is our child. The kernel then
+        // resolves the group from that process (PIDFD_SIGNAL_PROCESS_GROUP), never
+        // from a number that could have been recycled.
+        if self.root_status.is_some() {
+            return;
+        }
+        let Ok(root) = signaller.prove_child(None, self.root_pid) else {
+            return;
+        };
+        if root.identity.pgid != root.pid() {
+            return;
+        }
+        match signaller.signal_group(&root, Signal::TERM) {
+            Ok(delivery) => audit(AuditEvent::Signal {
+                target: root.identity.clone(),
+                signal: "SIGTERM",
+                proof: root.proof.clone(),
+                delivery,
+            }),
+            // Older kernels: the member walk signals everyone one by one anyway.
+            Err(refusal) => tracing::debug!(%refusal, "no process-group first strike"),
+        }
+    }
+
+    fn needs_rescan(&mut self) -> bool {
+        // A child of ours that is alive while the cgroup is empty lives outside it.
+        let Some(cg) = &self.cgroup else {
+            return false;
+        };
+        !self.walked_after_empty && !self.no_children && !cg.is_populated()
     }
 
     fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
@@ -455,6 +506,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         root_status: None,
         no_children: false,
         cgroup: cgroup_tree,
+        member_rounds: 0,
+        walked_after_empty: false,
     };
 
     let cause = loop {
@@ -531,7 +584,50 @@ fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> Te
         }
         recorder.audit(&event);
     };
-    escalation.run(&signaller, guardian, &mut log)
+    let report = escalation.run(
+        &signaller,
+        &mut FlushBeforeWait {
+            inner: guardian,
+            recorder,
+        },
+        &mut log,
+    );
+    recorder.flush_audit();
+    report
+}
+
+/// The guardian as a tree source, writing queued audit entries before every wait.
+struct FlushBeforeWait<'a> {
+    inner: &'a mut Guardian,
+    recorder: &'a Recorder,
+}
+
+impl TreeSource for FlushBeforeWait<'_> {
+    fn members(
+        &mut self,
+        signaller: &Signaller,
+    ) -> (
+        Vec<super::signal::ProvenProcess>,
+        Vec<(i32, crate::ladder::Refusal)>,
+    ) {
+        self.inner.members(signaller)
+    }
+    fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
+        self.recorder.flush_audit();
+        self.inner.wait(deadline, watch)
+    }
+    fn is_empty(&mut self) -> bool {
+        self.inner.is_empty()
+    }
+    fn kill_all(&mut self) -> bool {
+        self.inner.kill_all()
+    }
+    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+        self.inner.first_strike(signaller, audit)
+    }
+    fn needs_rescan(&mut self) -> bool {
+        self.inner.needs_rescan()
+    }
 }
 
 pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {

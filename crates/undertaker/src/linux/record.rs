@@ -25,6 +25,7 @@ pub struct Recorder {
     registry: Option<Registry>,
     lock: Option<FileLock>,
     finished: bool,
+    pending_audit: std::cell::RefCell<Vec<AuditEntry>>,
 }
 
 /// Opens the state directory and registry for `path` (None = the default chain).
@@ -75,6 +76,7 @@ impl Recorder {
             registry: None,
             lock: None,
             finished: false,
+            pending_audit: Default::default(),
         };
         let me = signaller.me();
         let (dir, registry) = match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
@@ -178,9 +180,22 @@ impl Recorder {
         }
     }
 
+    /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
     pub fn audit(&self, event: &AuditEvent) {
+        if self.registry.is_some() {
+            let mut entry = audit_entry(self.tree.as_str(), "guardian", event);
+            entry.time_ms = now_ms();
+            self.pending_audit.borrow_mut().push(entry);
+        }
+    }
+
+    /// Writes the queued audit entries in one transaction. Teardown calls it before
+    /// every wait, so signals are logged before anything blocks, without one commit
+    /// per signal on the path between the owner's death and the tree's.
+    pub fn flush_audit(&self) {
+        let pending = std::mem::take(&mut *self.pending_audit.borrow_mut());
         if let Some(reg) = &self.registry {
-            if let Err(e) = reg.append_audit(&audit_entry(self.tree.as_str(), "guardian", event)) {
+            if let Err(e) = reg.append_audit_batch(&pending) {
                 tracing::warn!("audit log: {e}");
             }
         }
@@ -191,6 +206,7 @@ impl Recorder {
         if self.finished {
             return;
         }
+        self.flush_audit();
         self.finished = true;
         if let Some(reg) = &self.registry {
             if let Err(e) = reg.set_finished(self.tree.as_str(), exit_status) {
