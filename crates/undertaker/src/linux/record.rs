@@ -38,6 +38,26 @@ pub fn open_registry(
     let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
     let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
     let registry = Registry::open(&dir, boot_id).map_err(|e| (origin, e))?;
+    report_recovery(&registry);
+    Ok((dir, registry))
+}
+
+fn report_recovery(registry: &Registry) {
+    if let Some(rec) = &registry.recovered {
+        tracing::error!("{rec}");
+    }
+}
+
+/// [`open_registry`] for a guardian: no full integrity check up front (see
+/// [`Registry::open_unchecked`]).
+fn open_registry_for_guardian(
+    path: Option<&std::path::Path>,
+    uid: u32,
+    boot_id: &str,
+) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
+    let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
+    let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
+    let registry = Registry::open_unchecked(&dir, boot_id).map_err(|e| (origin, e))?;
     if let Some(rec) = &registry.recovered {
         tracing::error!("{rec}");
     }
@@ -79,7 +99,8 @@ impl Recorder {
             pending_audit: Default::default(),
         };
         let me = signaller.me();
-        let (dir, registry) = match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
+        let opened = open_registry_for_guardian(opts.state_dir.as_deref(), me.uid, &me.boot_id);
+        let (dir, registry) = match opened {
             Ok(x) => x,
             Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
                 return Err(RunError::Usage(e.to_string()))
@@ -127,7 +148,19 @@ impl Recorder {
         };
         match registry.insert_tree(&row) {
             Ok(()) => rec.registry = Some(registry),
-            Err(e) => tracing::warn!("not recording tree {tree}: {e}"),
+            Err(first) => {
+                // Maybe damage the unchecked open did not see: reopen with the full
+                // check (which moves a corrupt database aside) and try once more.
+                drop(registry);
+                let retried = Registry::open(&dir, &me.boot_id).and_then(|registry| {
+                    report_recovery(&registry);
+                    registry.insert_tree(&row).map(|()| registry)
+                });
+                match retried {
+                    Ok(registry) => rec.registry = Some(registry),
+                    Err(e) => tracing::warn!("not recording tree {tree}: {first}; {e}"),
+                }
+            }
         }
         rec.pause_for_tests();
         Ok(rec)
