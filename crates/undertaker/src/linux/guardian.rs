@@ -496,6 +496,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
     drop(child);
     recorder.set_root(&procfs, root_pid);
+    recorder.idle();
     tracing::debug!(tree = %tree, root_pid, owner = %owner.describe(), label = ?opts.label, "guarding");
 
     let mut guardian = Guardian {

@@ -197,6 +197,16 @@ impl Recorder {
         }
     }
 
+    /// Before the guardian starts idling: frees SQLite's page cache and returns free
+    /// heap to the kernel, so an idle guardian's resident set is its code and little
+    /// else. The next write re-reads the few pages it needs.
+    pub fn idle(&self) {
+        if let Some(reg) = &self.registry {
+            reg.release_memory();
+        }
+        super::sys::trim_heap();
+    }
+
     /// Records where the cgroup tier put the tree, so `sweep` can kill it there.
     pub fn set_cgroup(&self, path: &std::path::Path, cgroup_id: u64) {
         let Some(reg) = &self.registry else { return };

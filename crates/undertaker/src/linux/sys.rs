@@ -365,3 +365,12 @@ pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }
 }
+
+/// Returns free heap memory to the kernel (glibc keeps freed arenas mapped).
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and releases the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}

@@ -545,6 +545,11 @@ impl Registry {
         .map_err(|e| self.err(e))
     }
 
+    /// Gives SQLite's page cache back (a guardian idles for hours between writes).
+    pub fn release_memory(&self) {
+        let _ = self.conn.release_memory();
+    }
+
     /// Appends many entries in one transaction: one WAL commit instead of one per
     /// entry (a 1 000-member teardown logs 1 000+ signals).
     pub fn append_audit_batch(&self, entries: &[AuditEntry]) -> Result<(), RegistryError> {
