@@ -294,6 +294,13 @@ impl TreeSource for Guardian {
         }
     }
 
+    fn watches_members(&self) -> bool {
+        // Emptiness is "no children and an unpopulated cgroup": SIGCHLD (signalfd) and
+        // cgroup.events wake us for both. A member that is not our child exits
+        // without either, but then its parent, a member too, is still there.
+        false
+    }
+
     fn needs_rescan(&mut self) -> bool {
         // A child of ours that is alive while the cgroup is empty lives outside it.
         let Some(cg) = &self.cgroup else {
@@ -430,6 +437,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
 
     let cgroup_tree = match &chosen {
         Chosen::Pidns => {
+            recorder.idle();
             let result = run_pidns(opts, &tree, &mut owner, signaller, signals, nofile);
             if let Ok(code) = &result {
                 recorder.finished(Some(*code));
@@ -549,7 +557,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     tracing::debug!(?cause, "tearing down tree {tree}");
     sys::reclaim_foreground(guardian.signaller.me().pgrp);
 
-    recorder.reaping();
+    // CMD exited alone (the usual end): no "reaping" state to show, one commit less.
+    if !guardian.is_empty() {
+        recorder.reaping();
+    }
     let report = teardown(&mut guardian, opts.grace, &recorder);
     if !report.empty {
         tracing::warn!(
@@ -628,6 +639,9 @@ impl TreeSource for FlushBeforeWait<'_> {
     }
     fn needs_rescan(&mut self) -> bool {
         self.inner.needs_rescan()
+    }
+    fn watches_members(&self) -> bool {
+        self.inner.watches_members()
     }
 }
 

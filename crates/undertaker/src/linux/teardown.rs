@@ -84,6 +84,26 @@ pub trait TreeSource {
     fn needs_rescan(&mut self) -> bool {
         false
     }
+    /// Whether `wait` needs the members' pidfds. A source whose emptiness changes
+    /// only on events it watches itself (SIGCHLD, cgroup.events) says `false`: the
+    /// watch list costs one poll per live member per wake-up, O(n²) over a teardown.
+    fn watches_members(&self) -> bool {
+        true
+    }
+}
+
+fn live<'a>(
+    source: &dyn TreeSource,
+    tracked: &'a BTreeMap<(i32, u64), Tracked>,
+) -> Vec<&'a ProvenProcess> {
+    if !source.watches_members() {
+        return Vec::new();
+    }
+    tracked
+        .values()
+        .filter(|t| !t.proc.has_exited())
+        .map(|t| &t.proc)
+        .collect()
 }
 
 pub struct Escalation {
@@ -126,11 +146,7 @@ impl Escalation {
             if source.needs_rescan() {
                 self.round(signaller, source, &mut tracked, &mut refused, audit, false);
             }
-            let watch: Vec<&ProvenProcess> = tracked
-                .values()
-                .filter(|t| !t.proc.has_exited())
-                .map(|t| &t.proc)
-                .collect();
+            let watch = live(source, &tracked);
             source.wait(grace_end, &watch);
         }
 
@@ -150,11 +166,7 @@ impl Escalation {
                     break;
                 }
                 let until = (Instant::now() + pause).min(cap_end);
-                let watch: Vec<&ProvenProcess> = tracked
-                    .values()
-                    .filter(|t| !t.proc.has_exited())
-                    .map(|t| &t.proc)
-                    .collect();
+                let watch = live(source, &tracked);
                 source.wait(until, &watch);
                 pause = (pause * 2).min(MAX_RESCAN);
                 if source.is_empty() {
