@@ -462,7 +462,21 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
             Some(cg)
         }
     };
+    let (program, _) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RunError::Usage("no command given".into()))?;
+    let direct = match &cgroup_tree {
+        Some(cg) => {
+            spawn_directly_into(cg, opts, &tree, signaller.me().pgrp, nofile).map_err(|e| {
+                let _ = cg.remove(Duration::ZERO);
+                spawn_error(program, e)
+            })?
+        }
+        None => None,
+    };
     let join_fd = match &cgroup_tree {
+        _ if direct.is_some() => None,
         Some(cg) => Some(cg.open_procs_for_join().map_err(|e| {
             let _ = cg.remove(Duration::ZERO);
             RunError::Setup(format!("opening {}/cgroup.procs: {e}", cg.path.display()))
@@ -470,39 +484,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         None => None,
     };
 
-    let (program, args) = opts
-        .command
-        .split_first()
-        .ok_or_else(|| RunError::Usage("no command given".into()))?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env(TREE_MARKER, tree.as_str())
-        .process_group(0);
-    sys::install_child_setup(
-        &mut cmd,
-        signaller.me().pgrp,
-        nofile,
-        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
-    );
-    let child = cmd.spawn().map_err(|e| {
-        if let Some(cg) = &cgroup_tree {
-            let _ = cg.remove(Duration::ZERO);
-        }
-        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
-            RunError::Setup("could not move the command into its cgroup; it was not started".into())
-        } else {
-            spawn_error(program, e)
-        }
-    })?;
-    drop(join_fd);
-    let root_pid = child.id() as i32;
-    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
-    let root_fd = rustix::process::pidfd_open(
-        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
-        PidfdFlags::empty(),
-    )
-    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
-    drop(child);
+    let (root_pid, root_fd) = match direct {
+        Some(spawned) => spawned,
+        None => spawn_with_std(opts, &tree, &signaller, nofile, &cgroup_tree, join_fd)?,
+    };
     recorder.set_root(&procfs, root_pid);
     recorder.idle();
     tracing::debug!(tree = %tree, root_pid, owner = %owner.describe(), label = ?opts.label, "guarding");
@@ -579,6 +564,99 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     recorder.finished(guardian.root_status);
     // Only a CMD stuck in the kernel past the kill cap leaves no status to report.
     Ok(guardian.root_status.unwrap_or(125))
+}
+
+/// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
+/// CLONE_INTO_CGROUP: then the child joins its cgroup through `join_fd` before exec).
+fn spawn_with_std(
+    opts: &RunOptions,
+    tree: &TreeId,
+    signaller: &Signaller,
+    nofile: Option<u64>,
+    cgroup_tree: &Option<CgroupTree>,
+    join_fd: Option<OwnedFd>,
+) -> Result<(i32, OwnedFd), RunError> {
+    let (program, args) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RunError::Usage("no command given".into()))?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env(TREE_MARKER, tree.as_str())
+        .process_group(0);
+    sys::install_child_setup(
+        &mut cmd,
+        signaller.me().pgrp,
+        nofile,
+        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
+    );
+    let child = cmd.spawn().map_err(|e| {
+        if let Some(cg) = &cgroup_tree {
+            let _ = cg.remove(Duration::ZERO);
+        }
+        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
+            RunError::Setup("could not move the command into its cgroup; it was not started".into())
+        } else {
+            spawn_error(program, e)
+        }
+    })?;
+    drop(join_fd);
+    let root_pid = child.id() as i32;
+    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
+    let root_fd = rustix::process::pidfd_open(
+        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
+        PidfdFlags::empty(),
+    )
+    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
+    drop(child);
+    Ok((root_pid, root_fd))
+}
+
+/// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
+/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
+fn spawn_directly_into(
+    cg: &CgroupTree,
+    opts: &RunOptions,
+    tree: &TreeId,
+    guardian_pgrp: i32,
+    nofile: Option<u64>,
+) -> std::io::Result<Option<(i32, OwnedFd)>> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstr =
+        |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let argv = opts
+        .command
+        .iter()
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let Some(program) = argv.first().cloned() else {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+    };
+    let mut envp = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if k.as_bytes() == TREE_MARKER.as_bytes() {
+            continue;
+        }
+        let mut entry = k.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(v.as_bytes());
+        envp.push(cstr(&entry)?);
+    }
+    envp.push(cstr(format!("{TREE_MARKER}={tree}").as_bytes())?);
+    let spec = sys::ExecSpec {
+        program,
+        argv,
+        envp,
+        guardian_pgrp,
+        nofile_soft: nofile,
+    };
+    let dir = rustix::fs::open(
+        &cg.path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    sys::spawn_into_cgroup(&spec, dir.as_fd())
 }
 
 fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> TeardownReport {
