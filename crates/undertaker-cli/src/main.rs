@@ -173,11 +173,29 @@ fn parse_fd(s: &str) -> Result<i32, String> {
     }
 }
 
+/// The level `UNDERTAKER_LOG` asks for: a level name (`debug`), or `target=level`
+/// directives separated by commas, of which the most verbose level counts (undertaker
+/// logs from its own crates only). Anything unreadable means the default, `warn`.
+/// A full EnvFilter would pull in a regex engine: ~1 MiB of binary and start-up work
+/// in every guardian for a debugging aid.
+fn log_level(spec: Option<&str>) -> tracing::level_filters::LevelFilter {
+    use tracing::level_filters::LevelFilter;
+    spec.and_then(|spec| {
+        spec.split(',')
+            .filter_map(|d| {
+                let level = d.rsplit('=').next()?.trim();
+                // FromStr reads "" as ERROR; an empty directive is no directive.
+                (!level.is_empty()).then(|| level.parse::<LevelFilter>().ok())?
+            })
+            .max()
+    })
+    .unwrap_or(LevelFilter::WARN)
+}
+
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("UNDERTAKER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let spec = std::env::var("UNDERTAKER_LOG").ok();
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_max_level(log_level(spec.as_deref()))
         .with_writer(std::io::stderr)
         .with_target(false)
         .without_time()
@@ -306,4 +324,21 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
 fn cmd_doctor(_json: bool, _state_dir: Option<PathBuf>) -> i32 {
     eprintln!("undertaker: doctor is not supported on this platform yet");
     125
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_level;
+    use tracing::level_filters::LevelFilter;
+
+    #[test]
+    fn log_level_reads_names_and_directives() {
+        assert_eq!(log_level(None), LevelFilter::WARN);
+        assert_eq!(log_level(Some("debug")), LevelFilter::DEBUG);
+        assert_eq!(log_level(Some("undertaker=trace")), LevelFilter::TRACE);
+        assert_eq!(log_level(Some("info,undertaker=debug")), LevelFilter::DEBUG);
+        assert_eq!(log_level(Some("off")), LevelFilter::OFF);
+        assert_eq!(log_level(Some("nonsense")), LevelFilter::WARN);
+        assert_eq!(log_level(Some("")), LevelFilter::WARN);
+    }
 }

@@ -175,6 +175,11 @@ struct Guardian {
     no_children: bool,
     /// The tree's cgroup (cgroup tier).
     cgroup: Option<CgroupTree>,
+    /// Calls of `members()` so far (the first may skip the /proc walk, see there).
+    member_rounds: usize,
+    /// A descendant walk ran after the cgroup was seen empty: from then on every
+    /// descendant outside it had been found (the SIGKILL rounds walk again).
+    walked_after_empty: bool,
 }
 
 impl Guardian {
@@ -235,20 +240,73 @@ impl TreeSource for Guardian {
         Vec<(i32, crate::ladder::Refusal)>,
     ) {
         self.reap();
-        let (mut proven, mut refused) = prove_descendants(signaller);
-        if let Some(cg) = &self.cgroup {
-            // Both views: a member that left our descendants (setsid + reparenting
-            // elsewhere) is still in the cgroup, and one that moved out of the cgroup
-            // is still our descendant.
-            let (in_cgroup, cg_refused) = cg.members(signaller);
-            for p in in_cgroup {
+        let Some(cg) = &self.cgroup else {
+            return prove_descendants(signaller);
+        };
+        // Both views: a member that left our descendants (setsid + reparenting
+        // elsewhere) is still in the cgroup, and one that moved out of the cgroup is
+        // still our descendant. The cgroup is read from cgroup.procs; the descendant
+        // walk costs a scan of all of /proc, so the first (SIGTERM) round skips it while
+        // the cgroup is populated. Nothing is lost: a descendant outside the cgroup
+        // becomes our child (we are its subreaper) once its in-cgroup ancestors die, and
+        // then `needs_rescan` asks for a walk; every SIGKILL round walks anyway.
+        let (mut proven, mut refused) = cg.members(signaller);
+        let populated = cg.is_populated();
+        let walk = self.member_rounds > 0 || !populated;
+        self.member_rounds += 1;
+        if walk {
+            self.walked_after_empty |= !populated;
+            let (descendants, d_refused) = prove_descendants(signaller);
+            for p in descendants {
                 if !proven.iter().any(|q| q.pid() == p.pid()) {
                     proven.push(p);
                 }
             }
-            refused.extend(cg_refused);
+            refused.extend(d_refused);
         }
         (proven, refused)
+    }
+
+    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+        self.reap();
+        // CMD is unreaped (no status yet), so its number is still its own; prove_child
+        // pins it with a fresh pidfd and re-checks it is our child. The kernel then
+        // resolves the group from that process (PIDFD_SIGNAL_PROCESS_GROUP), never
+        // from a number that could have been recycled.
+        if self.root_status.is_some() {
+            return;
+        }
+        let Ok(root) = signaller.prove_child(None, self.root_pid) else {
+            return;
+        };
+        if root.identity.pgid != root.pid() {
+            return;
+        }
+        match signaller.signal_group(&root, Signal::TERM) {
+            Ok(delivery) => audit(AuditEvent::Signal {
+                target: root.identity.clone(),
+                signal: "SIGTERM",
+                proof: root.proof.clone(),
+                delivery,
+            }),
+            // Older kernels: the member walk signals everyone one by one anyway.
+            Err(refusal) => tracing::debug!(%refusal, "no process-group first strike"),
+        }
+    }
+
+    fn watches_members(&self) -> bool {
+        // Emptiness is "no children and an unpopulated cgroup": SIGCHLD (signalfd) and
+        // cgroup.events wake us for both. A member that is not our child exits
+        // without either, but then its parent, a member too, is still there.
+        false
+    }
+
+    fn needs_rescan(&mut self) -> bool {
+        // A child of ours that is alive while the cgroup is empty lives outside it.
+        let Some(cg) = &self.cgroup else {
+            return false;
+        };
+        !self.walked_after_empty && !self.no_children && !cg.is_populated()
     }
 
     fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
@@ -379,6 +437,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
 
     let cgroup_tree = match &chosen {
         Chosen::Pidns => {
+            recorder.idle();
             let result = run_pidns(opts, &tree, &mut owner, signaller, signals, nofile);
             if let Ok(code) = &result {
                 recorder.finished(Some(*code));
@@ -403,7 +462,21 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
             Some(cg)
         }
     };
+    let (program, _) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RunError::Usage("no command given".into()))?;
+    let direct = match &cgroup_tree {
+        Some(cg) => {
+            spawn_directly_into(cg, opts, &tree, signaller.me().pgrp, nofile).map_err(|e| {
+                let _ = cg.remove(Duration::ZERO);
+                spawn_error(program, e)
+            })?
+        }
+        None => None,
+    };
     let join_fd = match &cgroup_tree {
+        _ if direct.is_some() => None,
         Some(cg) => Some(cg.open_procs_for_join().map_err(|e| {
             let _ = cg.remove(Duration::ZERO);
             RunError::Setup(format!("opening {}/cgroup.procs: {e}", cg.path.display()))
@@ -411,41 +484,12 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         None => None,
     };
 
-    let (program, args) = opts
-        .command
-        .split_first()
-        .ok_or_else(|| RunError::Usage("no command given".into()))?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env(TREE_MARKER, tree.as_str())
-        .process_group(0);
-    sys::install_child_setup(
-        &mut cmd,
-        signaller.me().pgrp,
-        nofile,
-        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
-        signaller.me().pid,
-    );
-    let child = cmd.spawn().map_err(|e| {
-        if let Some(cg) = &cgroup_tree {
-            let _ = cg.remove(Duration::ZERO);
-        }
-        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
-            RunError::Setup("could not move the command into its cgroup; it was not started".into())
-        } else {
-            spawn_error(program, e)
-        }
-    })?;
-    drop(join_fd);
-    let root_pid = child.id() as i32;
-    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
-    let root_fd = rustix::process::pidfd_open(
-        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
-        PidfdFlags::empty(),
-    )
-    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
-    drop(child);
+    let (root_pid, root_fd) = match direct {
+        Some(spawned) => spawned,
+        None => spawn_with_std(opts, &tree, &signaller, nofile, &cgroup_tree, join_fd)?,
+    };
     recorder.set_root(&procfs, root_pid);
+    recorder.idle();
     tracing::debug!(tree = %tree, root_pid, owner = %owner.describe(), label = ?opts.label, "guarding");
 
     let mut guardian = Guardian {
@@ -456,6 +500,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         root_status: None,
         no_children: false,
         cgroup: cgroup_tree,
+        member_rounds: 0,
+        walked_after_empty: false,
     };
 
     let cause = loop {
@@ -496,7 +542,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     tracing::debug!(?cause, "tearing down tree {tree}");
     sys::reclaim_foreground(guardian.signaller.me().pgrp);
 
-    recorder.reaping();
+    // CMD exited alone (the usual end): no "reaping" state to show, one commit less.
+    if !guardian.is_empty() {
+        recorder.reaping();
+    }
     let report = teardown(&mut guardian, opts.grace, &recorder);
     if !report.empty {
         tracing::warn!(
@@ -517,6 +566,101 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     Ok(guardian.root_status.unwrap_or(125))
 }
 
+/// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
+/// CLONE_INTO_CGROUP: then the child joins its cgroup through `join_fd` before exec).
+fn spawn_with_std(
+    opts: &RunOptions,
+    tree: &TreeId,
+    signaller: &Signaller,
+    nofile: Option<u64>,
+    cgroup_tree: &Option<CgroupTree>,
+    join_fd: Option<OwnedFd>,
+) -> Result<(i32, OwnedFd), RunError> {
+    let (program, args) = opts
+        .command
+        .split_first()
+        .ok_or_else(|| RunError::Usage("no command given".into()))?;
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args)
+        .env(TREE_MARKER, tree.as_str())
+        .process_group(0);
+    sys::install_child_setup(
+        &mut cmd,
+        signaller.me().pgrp,
+        nofile,
+        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
+        signaller.me().pid,
+    );
+    let child = cmd.spawn().map_err(|e| {
+        if let Some(cg) = &cgroup_tree {
+            let _ = cg.remove(Duration::ZERO);
+        }
+        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
+            RunError::Setup("could not move the command into its cgroup; it was not started".into())
+        } else {
+            spawn_error(program, e)
+        }
+    })?;
+    drop(join_fd);
+    let root_pid = child.id() as i32;
+    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
+    let root_fd = rustix::process::pidfd_open(
+        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
+        PidfdFlags::empty(),
+    )
+    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
+    drop(child);
+    Ok((root_pid, root_fd))
+}
+
+/// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
+/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
+fn spawn_directly_into(
+    cg: &CgroupTree,
+    opts: &RunOptions,
+    tree: &TreeId,
+    guardian_pgrp: i32,
+    nofile: Option<u64>,
+) -> std::io::Result<Option<(i32, OwnedFd)>> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstr =
+        |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let argv = opts
+        .command
+        .iter()
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let Some(program) = argv.first().cloned() else {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+    };
+    let mut envp = Vec::new();
+    for (k, v) in std::env::vars_os() {
+        if k.as_bytes() == TREE_MARKER.as_bytes() {
+            continue;
+        }
+        let mut entry = k.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(v.as_bytes());
+        envp.push(cstr(&entry)?);
+    }
+    envp.push(cstr(format!("{TREE_MARKER}={tree}").as_bytes())?);
+    let spec = sys::ExecSpec {
+        program,
+        argv,
+        envp,
+        guardian_pgrp,
+        guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
+        nofile_soft: nofile,
+    };
+    let dir = rustix::fs::open(
+        &cg.path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
+    sys::spawn_into_cgroup(&spec, dir.as_fd())
+}
+
 fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> TeardownReport {
     let escalation = Escalation {
         grace,
@@ -532,7 +676,53 @@ fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> Te
         }
         recorder.audit(&event);
     };
-    escalation.run(&signaller, guardian, &mut log)
+    let report = escalation.run(
+        &signaller,
+        &mut FlushBeforeWait {
+            inner: guardian,
+            recorder,
+        },
+        &mut log,
+    );
+    recorder.flush_audit();
+    report
+}
+
+/// The guardian as a tree source, writing queued audit entries before every wait.
+struct FlushBeforeWait<'a> {
+    inner: &'a mut Guardian,
+    recorder: &'a Recorder,
+}
+
+impl TreeSource for FlushBeforeWait<'_> {
+    fn members(
+        &mut self,
+        signaller: &Signaller,
+    ) -> (
+        Vec<super::signal::ProvenProcess>,
+        Vec<(i32, crate::ladder::Refusal)>,
+    ) {
+        self.inner.members(signaller)
+    }
+    fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
+        self.recorder.flush_audit();
+        self.inner.wait(deadline, watch)
+    }
+    fn is_empty(&mut self) -> bool {
+        self.inner.is_empty()
+    }
+    fn kill_all(&mut self) -> bool {
+        self.inner.kill_all()
+    }
+    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+        self.inner.first_strike(signaller, audit)
+    }
+    fn needs_rescan(&mut self) -> bool {
+        self.inner.needs_rescan()
+    }
+    fn watches_members(&self) -> bool {
+        self.inner.watches_members()
+    }
 }
 
 pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {

@@ -232,12 +232,42 @@ fn plain_io(path: &Path, e: &io::Error) -> ProcError {
 }
 
 /// Reads at most `cap` bytes; the flag says whether the file was longer.
-/// procfs reports size 0, so we cannot size the buffer up front.
+/// procfs reports size 0, so we cannot size the buffer up front. procfs fills a read
+/// with as much as fits, so one 4 KiB read covers stat/status and most environments;
+/// only a full read is followed by more (the generic growth strategy costs ~12 reads).
 fn read_capped(path: &Path, cap: usize) -> io::Result<(Vec<u8>, bool)> {
-    let mut buf = Vec::new();
-    File::open(path)?
-        .take(cap as u64 + 1)
-        .read_to_end(&mut buf)?;
+    read_capped_with(path, cap, false)
+}
+
+/// [`read_capped`]; `short_is_eof`: the file is produced whole at open/first read
+/// (single-record seq_files such as stat and status), so a short read is its end and
+/// needs no second read to confirm.
+fn read_capped_with(path: &Path, cap: usize, short_is_eof: bool) -> io::Result<(Vec<u8>, bool)> {
+    const FIRST: usize = 4096;
+    let mut file = File::open(path)?;
+    let mut buf = vec![0u8; FIRST.min(cap + 1)];
+    let mut len = 0;
+    loop {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if short_is_eof && len < buf.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if len == buf.len() {
+            if len > cap {
+                break;
+            }
+            let grown = (buf.len() * 2).min(cap + 1);
+            buf.resize(grown, 0);
+        }
+    }
+    buf.truncate(len);
     let truncated = buf.len() > cap;
     buf.truncate(cap);
     Ok((buf, truncated))
@@ -277,7 +307,7 @@ impl Procfs {
     fn read_small(&self, pid: i32, name: &str, file: &'static str) -> Result<String, ProcError> {
         let path = self.pid_dir(pid).join(name);
         let (bytes, truncated) =
-            read_capped(&path, SMALL_FILE_CAP).map_err(|e| map_io(pid, &path, &e))?;
+            read_capped_with(&path, SMALL_FILE_CAP, true).map_err(|e| map_io(pid, &path, &e))?;
         if truncated {
             return Err(malformed(
                 file,

@@ -97,23 +97,29 @@ fn owner_alive(procfs: &Procfs, owner: &OwnerRecord) -> Option<bool> {
 }
 
 /// Live (non-zombie) processes of uid `uid` carrying a tree marker, by tree id.
+///
+/// Two reads per process, like `ps -e`: stat (zombies have no environment to read),
+/// then environ. The real uid (status) is read only for the few marked processes;
+/// every candidate is proven afresh before any signal anyway.
 pub fn marker_scan(procfs: &Procfs, uid: u32) -> BTreeMap<String, Vec<(i32, u64)>> {
     let mut out: BTreeMap<String, Vec<(i32, u64)>> = BTreeMap::new();
     for pid in procfs.pids().unwrap_or_default() {
-        if procfs.real_uid(pid).ok() != Some(uid) {
-            continue;
-        }
         let Ok(stat) = procfs.stat(pid) else { continue };
         if stat.state == 'Z' || stat.state == 'X' {
             continue;
         }
-        if let Ok(Some(v)) = procfs.environ_value(pid, TREE_MARKER) {
-            if let Some(id) = std::str::from_utf8(&v).ok().and_then(TreeId::parse) {
-                out.entry(id.to_string())
-                    .or_default()
-                    .push((pid, stat.starttime));
-            }
+        let Ok(Some(v)) = procfs.environ_value(pid, TREE_MARKER) else {
+            continue;
+        };
+        let Some(id) = std::str::from_utf8(&v).ok().and_then(TreeId::parse) else {
+            continue;
+        };
+        if procfs.real_uid(pid).ok() != Some(uid) {
+            continue;
         }
+        out.entry(id.to_string())
+            .or_default()
+            .push((pid, stat.starttime));
     }
     out
 }
@@ -229,10 +235,15 @@ struct MarkerSource<'a> {
     tree: TreeId,
     not_before: u64,
     uid: u32,
+    /// Candidates from a scan the caller just made: used once instead of rescanning.
+    scanned: Option<Vec<i32>>,
 }
 
 impl MarkerSource<'_> {
-    fn candidates(&self) -> Vec<i32> {
+    fn candidates(&mut self) -> Vec<i32> {
+        if let Some(pids) = self.scanned.take() {
+            return pids;
+        }
         marker_scan(self.procfs, self.uid)
             .remove(self.tree.as_str())
             .unwrap_or_default()
@@ -327,7 +338,15 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     }
     let mut trees = Vec::new();
     for (id, rec) in ids {
-        if let Some(t) = sweep_tree(ctx, &id, rec.as_ref(), dry_run, grace, "sweep")? {
+        if let Some(t) = sweep_tree(
+            ctx,
+            &id,
+            rec.as_ref(),
+            dry_run,
+            grace,
+            "sweep",
+            Some(&markers),
+        )? {
             trees.push(t);
         }
     }
@@ -367,6 +386,7 @@ fn sweep_tree(
     dry_run: bool,
     grace: Duration,
     actor: &str,
+    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
 ) -> Result<Option<TreeSweep>, RegistryError> {
     let label = rec.and_then(|r| r.label.clone());
     let mut lock = match guardian_state(ctx, id, rec) {
@@ -405,9 +425,12 @@ fn sweep_tree(
             action: "refused",
             reason: "no record of when the guardian started: membership cannot be proven".into(),
             targets: vec![],
-            left_alive: marker_scan(ctx.procfs(), me.uid)
-                .get(id)
-                .map_or(0, Vec::len),
+            left_alive: match scanned {
+                Some(m) => m.get(id).map_or(0, Vec::len),
+                None => marker_scan(ctx.procfs(), me.uid)
+                    .get(id)
+                    .map_or(0, Vec::len),
+            },
         }));
     };
     // The cgroup tier: the kernel's membership beats markers, so kill the cgroup first
@@ -423,6 +446,11 @@ fn sweep_tree(
         tree: tree.clone(),
         not_before,
         uid: me.uid,
+        scanned: scanned.map(|m| {
+            m.get(id)
+                .map(|v| v.iter().map(|&(pid, _)| pid).collect())
+                .unwrap_or_default()
+        }),
     };
     let reason = if rec.is_some() {
         "guardian is gone".to_string()
@@ -798,7 +826,15 @@ pub fn kill(
         // The guardian died without finishing: fall through and sweep.
     }
     let rec_now = ctx.registry.tree(id)?;
-    match sweep_tree(ctx, id, rec_now.as_ref().or(rec), false, grace, "kill")? {
+    match sweep_tree(
+        ctx,
+        id,
+        rec_now.as_ref().or(rec),
+        false,
+        grace,
+        "kill",
+        None,
+    )? {
         Some(t) => Ok(t),
         None => Ok(TreeSweep {
             id: id.into(),

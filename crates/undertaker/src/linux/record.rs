@@ -25,6 +25,7 @@ pub struct Recorder {
     registry: Option<Registry>,
     lock: Option<FileLock>,
     finished: bool,
+    pending_audit: std::cell::RefCell<Vec<AuditEntry>>,
 }
 
 /// Opens the state directory and registry for `path` (None = the default chain).
@@ -37,6 +38,26 @@ pub fn open_registry(
     let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
     let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
     let registry = Registry::open(&dir, boot_id).map_err(|e| (origin, e))?;
+    report_recovery(&registry);
+    Ok((dir, registry))
+}
+
+fn report_recovery(registry: &Registry) {
+    if let Some(rec) = &registry.recovered {
+        tracing::error!("{rec}");
+    }
+}
+
+/// [`open_registry`] for a guardian: no full integrity check up front (see
+/// [`Registry::open_unchecked`]).
+fn open_registry_for_guardian(
+    path: Option<&std::path::Path>,
+    uid: u32,
+    boot_id: &str,
+) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
+    let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
+    let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
+    let registry = Registry::open_unchecked(&dir, boot_id).map_err(|e| (origin, e))?;
     if let Some(rec) = &registry.recovered {
         tracing::error!("{rec}");
     }
@@ -75,9 +96,11 @@ impl Recorder {
             registry: None,
             lock: None,
             finished: false,
+            pending_audit: Default::default(),
         };
         let me = signaller.me();
-        let (dir, registry) = match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
+        let opened = open_registry_for_guardian(opts.state_dir.as_deref(), me.uid, &me.boot_id);
+        let (dir, registry) = match opened {
             Ok(x) => x,
             Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
                 return Err(RunError::Usage(e.to_string()))
@@ -125,7 +148,19 @@ impl Recorder {
         };
         match registry.insert_tree(&row) {
             Ok(()) => rec.registry = Some(registry),
-            Err(e) => tracing::warn!("not recording tree {tree}: {e}"),
+            Err(first) => {
+                // Maybe damage the unchecked open did not see: reopen with the full
+                // check (which moves a corrupt database aside) and try once more.
+                drop(registry);
+                let retried = Registry::open(&dir, &me.boot_id).and_then(|registry| {
+                    report_recovery(&registry);
+                    registry.insert_tree(&row).map(|()| registry)
+                });
+                match retried {
+                    Ok(registry) => rec.registry = Some(registry),
+                    Err(e) => tracing::warn!("not recording tree {tree}: {first}; {e}"),
+                }
+            }
         }
         rec.pause_for_tests();
         Ok(rec)
@@ -162,6 +197,16 @@ impl Recorder {
         }
     }
 
+    /// Before the guardian starts idling: frees SQLite's page cache and returns free
+    /// heap to the kernel, so an idle guardian's resident set is its code and little
+    /// else. The next write re-reads the few pages it needs.
+    pub fn idle(&self) {
+        if let Some(reg) = &self.registry {
+            reg.release_memory();
+        }
+        super::sys::trim_heap();
+    }
+
     /// Records where the cgroup tier put the tree, so `sweep` can kill it there.
     pub fn set_cgroup(&self, path: &std::path::Path, cgroup_id: u64) {
         let Some(reg) = &self.registry else { return };
@@ -178,9 +223,22 @@ impl Recorder {
         }
     }
 
+    /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
     pub fn audit(&self, event: &AuditEvent) {
+        if self.registry.is_some() {
+            let mut entry = audit_entry(self.tree.as_str(), "guardian", event);
+            entry.time_ms = now_ms();
+            self.pending_audit.borrow_mut().push(entry);
+        }
+    }
+
+    /// Writes the queued audit entries in one transaction. Teardown calls it before
+    /// every wait, so signals are logged before anything blocks, without one commit
+    /// per signal on the path between the owner's death and the tree's.
+    pub fn flush_audit(&self) {
+        let pending = std::mem::take(&mut *self.pending_audit.borrow_mut());
         if let Some(reg) = &self.registry {
-            if let Err(e) = reg.append_audit(&audit_entry(self.tree.as_str(), "guardian", event)) {
+            if let Err(e) = reg.append_audit_batch(&pending) {
                 tracing::warn!("audit log: {e}");
             }
         }
@@ -191,6 +249,7 @@ impl Recorder {
         if self.finished {
             return;
         }
+        self.flush_audit();
         self.finished = true;
         if let Some(reg) = &self.registry {
             if let Err(e) = reg.set_finished(self.tree.as_str(), exit_status) {

@@ -146,7 +146,14 @@ impl Signaller {
 
     /// Opens a pidfd for `pid`, then reads its identity. The order matters: the
     /// identity read afterwards can be trusted once the pidfd is seen still alive.
-    fn open_then_read(&self, pid: i32) -> Result<(OwnedFd, LiveFacts, Identity, char), NotProven> {
+    ///
+    /// Also returns what PIDFD_GET_INFO said (read before the liveness check), so
+    /// provers need not ask the kernel again.
+    #[allow(clippy::type_complexity)]
+    fn open_then_read(
+        &self,
+        pid: i32,
+    ) -> Result<(OwnedFd, LiveFacts, Identity, char, Option<sys::PidfdInfo>), NotProven> {
         ladder::check_pid(&self.me, pid)?;
         let raw = Pid::from_raw(pid).ok_or(Refusal::InvalidPid { pid })?;
         let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| {
@@ -157,13 +164,13 @@ impl Signaller {
             }
         })?;
         let stat = self.procfs.stat(pid).map_err(|_| NotProven::Gone)?;
-        let (ppid, uid) = match sys::pidfd_get_info(fd.as_fd()) {
-            Ok(Some(info)) => (info.ppid, info.ruid),
-            Ok(None) => (
+        let info = sys::pidfd_get_info(fd.as_fd()).map_err(|_| NotProven::Gone)?;
+        let (ppid, uid) = match info {
+            Some(info) => (info.ppid, info.ruid),
+            None => (
                 stat.ppid,
                 self.procfs.real_uid(pid).map_err(|_| NotProven::Gone)?,
             ),
-            Err(_) => return Err(NotProven::Gone),
         };
         // Still alive after the reads: the /proc data described the pidfd's process.
         if pidfd_exited(fd.as_fd()) {
@@ -185,7 +192,7 @@ impl Signaller {
             uid,
             pidfs_inode: pidfs_inode(fd.as_fd()),
         };
-        Ok((fd, live, identity, stat.state))
+        Ok((fd, live, identity, stat.state, info))
     }
 
     /// Proves `pid` is a child of `parent` (`None` = of this process).
@@ -194,7 +201,7 @@ impl Signaller {
         parent: Option<&ProvenProcess>,
         pid: i32,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state) = self.open_then_read(pid)?;
+        let (fd, live, identity, state, _) = self.open_then_read(pid)?;
         let parent_pid = parent.map_or(self.me.pid, |p| p.pid());
         if live.ppid != parent_pid {
             return Err(Refusal::NotOurs {
@@ -225,7 +232,7 @@ impl Signaller {
         tree: &TreeId,
         not_before: u64,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state) = self.open_then_read(pid)?;
+        let (fd, live, identity, state, _) = self.open_then_read(pid)?;
         ladder::check_process(&self.me, &live, None)?;
         if live.starttime < not_before {
             return Err(Refusal::NotOurs {
@@ -266,7 +273,7 @@ impl Signaller {
             }
             .into());
         }
-        let (fd, live, identity, state) = self.open_then_read(expected.pid)?;
+        let (fd, live, identity, state, _) = self.open_then_read(expected.pid)?;
         ladder::check_process(&self.me, &live, Some(expected))?;
         if let (Some(want), Some(have)) = (expected.pidfs_inode, identity.pidfs_inode) {
             if want != have {
@@ -296,18 +303,21 @@ impl Signaller {
         id: u64,
         rel: &str,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state) = self.open_then_read(pid)?;
-        let member = match sys::pidfd_get_info(fd.as_fd()) {
-            Ok(Some(sys::PidfdInfo {
+        let (fd, live, identity, state, info) = self.open_then_read(pid)?;
+        // The kernel's cgroup id was read with the rest, before the liveness check;
+        // only the /proc fallback is read now and needs a check of its own below.
+        let (member, checked) = match info {
+            Some(sys::PidfdInfo {
                 cgroup_id: Some(found),
                 ..
-            })) => found == id,
-            Ok(_) => self
-                .procfs
-                .cgroup_v2_path(pid)
-                .map_err(|_| NotProven::Gone)?
-                .is_some_and(|found| found == rel),
-            Err(_) => return Err(NotProven::Gone),
+            }) => (found == id, true),
+            _ => (
+                self.procfs
+                    .cgroup_v2_path(pid)
+                    .map_err(|_| NotProven::Gone)?
+                    .is_some_and(|found| found == rel),
+                false,
+            ),
         };
         if !member {
             return Err(Refusal::NotOurs {
@@ -317,7 +327,7 @@ impl Signaller {
             .into());
         }
         ladder::check_process(&self.me, &live, None)?;
-        if pidfd_exited(fd.as_fd()) {
+        if !checked && pidfd_exited(fd.as_fd()) {
             return Err(NotProven::Gone);
         }
         Ok(ProvenProcess {
@@ -411,8 +421,14 @@ pub fn signal_whole_namespace(_init: &NamespaceInit, sig: Signal) -> Delivery {
 pub(crate) fn pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {
     /// `PID_FS_MAGIC` from linux/magic.h: pidfds are pidfs inodes since Linux 6.9.
     const PID_FS_MAGIC: i64 = 0x5049_4446;
-    let fs = rustix::fs::fstatfs(fd).ok()?;
-    if fs.f_type as i64 != PID_FS_MAGIC {
+    // Every pidfd of a boot lives on the same filesystem: ask once, not per process.
+    static ON_PIDFS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on_pidfs = *ON_PIDFS.get_or_init(|| {
+        // f_type is a signed word whose width varies by architecture.
+        #[allow(clippy::unnecessary_cast)]
+        rustix::fs::fstatfs(fd).is_ok_and(|fs| fs.f_type as i64 == PID_FS_MAGIC)
+    });
+    if !on_pidfs {
         return None;
     }
     rustix::fs::fstat(fd).ok().map(|st| st.st_ino)

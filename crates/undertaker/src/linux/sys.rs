@@ -6,7 +6,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).
 const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
@@ -210,37 +210,14 @@ pub fn install_child_setup(
     // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            // If the guardian dies from here on, CMD dies with it: a guardian killed
-            // mid-spawn must not leave a CMD that starts after the sweep looked. Safe
-            // here (DESIGN §3): the guardian is our own single-threaded process. The
-            // re-check catches a guardian that died before the prctl.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
-                || libc::getppid() != guardian_pid
-            {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
             if let Some(fd) = cgroup_procs {
                 let n = libc::write(fd, b"0".as_ptr().cast(), 1);
                 if n != 1 {
                     return Err(io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
                 }
             }
-            // The guardian blocks the signals it reads through its signalfd; CMD must
-            // start with none blocked, or SIGTERM from teardown would never reach it.
-            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(none.as_mut_ptr());
-            libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
-            if let Some(soft) = nofile_soft {
-                let mut lim = MaybeUninit::<libc::rlimit>::uninit();
-                if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {
-                    let mut lim = lim.assume_init();
-                    lim.rlim_cur = soft as libc::rlim_t;
-                    libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-                }
-            }
-            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
-                set_foreground_quietly(libc::getpid());
-            }
+            prepare_child(guardian_pid, guardian_pgrp, nofile_soft)
+                .map_err(io::Error::from_raw_os_error)?;
             Ok(())
         });
     }
@@ -258,6 +235,47 @@ pub fn reclaim_foreground(pgrp: i32) {
     if unsafe { libc::isatty(0) } == 1 {
         set_foreground_quietly(pgrp);
     }
+}
+
+/// The child's side of every spawn (std's `pre_exec` and the clone3 path), run
+/// between fork and exec, so it only makes syscalls on stack values: no allocation.
+///
+/// - If the guardian dies from here on, CMD dies with it (PDEATHSIG): a guardian
+///   killed mid-spawn must not leave a CMD that starts after a sweep looked. Safe here
+///   (DESIGN §3): the guardian is our own single-threaded process. The `getppid`
+///   re-check catches a guardian that died before the prctl (returns ESRCH).
+/// - An empty signal mask: the guardian blocks the signals its signalfd reads, and a
+///   blocked SIGTERM would never reach CMD.
+/// - The soft RLIMIT_NOFILE the guardian raised for itself, restored.
+/// - The terminal handed to CMD's group when it was the guardian's (what tini does).
+fn prepare_child(
+    guardian_pid: i32,
+    guardian_pgrp: i32,
+    nofile_soft: Option<u64>,
+) -> Result<(), i32> {
+    // SAFETY: plain syscalls on stack values; see above.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
+            || libc::getppid() != guardian_pid
+        {
+            return Err(libc::ESRCH);
+        }
+        let mut none = MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(none.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
+        if let Some(soft) = nofile_soft {
+            let mut lim = MaybeUninit::<libc::rlimit>::uninit();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {
+                let mut lim = lim.assume_init();
+                lim.rlim_cur = soft as libc::rlim_t;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+            }
+        }
+        if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
+            set_foreground_quietly(libc::getpid());
+        }
+    }
+    Ok(())
 }
 
 /// Makes `pgrp` the foreground group of the terminal on fd 0 with SIGTTOU blocked
@@ -377,4 +395,130 @@ pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
 pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }
+}
+
+/// Returns free heap memory to the kernel (glibc keeps freed arenas mapped).
+pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and releases the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// What the child of [`spawn_into_cgroup`] runs, prepared before the clone so the
+/// child allocates nothing.
+pub struct ExecSpec {
+    pub program: std::ffi::CString,
+    pub argv: Vec<std::ffi::CString>,
+    pub envp: Vec<std::ffi::CString>,
+    pub guardian_pgrp: i32,
+    pub guardian_pid: i32,
+    pub nofile_soft: Option<u64>,
+}
+
+/// `struct clone_args` (linux/sched.h), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgsV2 {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts `spec` directly inside the cgroup `cgroup_dir` (an open cgroup2 directory)
+/// with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)`: no migration through cgroup.procs
+/// (whose RCU synchronisation costs milliseconds) and the pidfd comes with the child,
+/// before anything could reap it. Returns `Some((pid, pidfd))`, or `None` when the
+/// kernel lacks clone3/CLONE_INTO_CGROUP (nothing was started: fall back).
+///
+/// The child does what the std spawn path with `install_child_setup` does: own
+/// process group, default SIGPIPE, empty signal mask, the caller's soft NOFILE limit,
+/// the terminal's foreground, then `execvpe`. An exec failure's errno comes back
+/// through a close-on-exec pipe and the child is reaped.
+pub fn spawn_into_cgroup(
+    spec: &ExecSpec,
+    cgroup_dir: BorrowedFd<'_>,
+) -> io::Result<Option<(i32, OwnedFd)>> {
+    let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let (report_r, report_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
+    let mut pidfd: RawFd = -1;
+    let args = CloneArgsV2 {
+        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup_dir.as_raw_fd() as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of this
+    // (single-threaded) process. It only makes plain syscalls on memory prepared
+    // above and ends in execvpe or _exit.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgsV2,
+            std::mem::size_of::<CloneArgsV2>(),
+        )
+    };
+    if ret < 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    if ret == 0 {
+        // SAFETY: in the child; see above.
+        unsafe {
+            libc::setpgid(0, 0);
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            if let Err(errno) =
+                prepare_child(spec.guardian_pid, spec.guardian_pgrp, spec.nofile_soft)
+            {
+                let bytes = errno.to_ne_bytes();
+                libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                libc::_exit(125);
+            }
+            libc::execvpe(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            let errno = *libc::__errno_location();
+            let bytes = errno.to_ne_bytes();
+            libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127);
+        }
+    }
+    drop(report_w);
+    let pid = ret as i32;
+    // SAFETY: CLONE_PIDFD stored a fresh pidfd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut buf = [0u8; 4];
+    let n = loop {
+        match rustix::io::read(&report_r, &mut buf) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other.unwrap_or(0),
+        }
+    };
+    if n == 4 {
+        // The exec failed: collect the child so it leaves no zombie.
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(pidfd.as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        );
+        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
+    }
+    Ok(Some((pid, pidfd)))
 }

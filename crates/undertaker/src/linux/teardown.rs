@@ -74,6 +74,36 @@ pub trait TreeSource {
     fn kill_all(&mut self) -> bool {
         false
     }
+    /// One cheap, kernel-scoped SIGTERM before the member walk (e.g. the root's
+    /// process group through its pidfd), so the tree starts dying while members are
+    /// still being proven. Every signal still goes through the signaller.
+    fn first_strike(&mut self, _signaller: &Signaller, _audit: &mut dyn FnMut(AuditEvent)) {}
+    /// True when members may exist that the last `members()` call did not look for
+    /// (a source that skips an expensive scan while a cheaper view covers the tree):
+    /// the grace period then runs another SIGTERM round.
+    fn needs_rescan(&mut self) -> bool {
+        false
+    }
+    /// Whether `wait` needs the members' pidfds. A source whose emptiness changes
+    /// only on events it watches itself (SIGCHLD, cgroup.events) says `false`: the
+    /// watch list costs one poll per live member per wake-up, O(n²) over a teardown.
+    fn watches_members(&self) -> bool {
+        true
+    }
+}
+
+fn live<'a>(
+    source: &dyn TreeSource,
+    tracked: &'a BTreeMap<(i32, u64), Tracked>,
+) -> Vec<&'a ProvenProcess> {
+    if !source.watches_members() {
+        return Vec::new();
+    }
+    tracked
+        .values()
+        .filter(|t| !t.proc.has_exited())
+        .map(|t| &t.proc)
+        .collect()
 }
 
 pub struct Escalation {
@@ -108,15 +138,15 @@ impl Escalation {
         let mut tracked: BTreeMap<(i32, u64), Tracked> = BTreeMap::new();
         let mut refused: BTreeMap<i32, Refusal> = BTreeMap::new();
 
-        // Round 1: SIGTERM (and SIGCONT so stopped members can act on it).
+        // Round 1: SIGTERM (and SIGCONT to stopped members so they can act on it).
+        source.first_strike(signaller, audit);
         self.round(signaller, source, &mut tracked, &mut refused, audit, false);
         let grace_end = Instant::now() + self.grace;
         while !source.is_empty() && Instant::now() < grace_end {
-            let watch: Vec<&ProvenProcess> = tracked
-                .values()
-                .filter(|t| !t.proc.has_exited())
-                .map(|t| &t.proc)
-                .collect();
+            if source.needs_rescan() {
+                self.round(signaller, source, &mut tracked, &mut refused, audit, false);
+            }
+            let watch = live(source, &tracked);
             source.wait(grace_end, &watch);
         }
 
@@ -136,11 +166,7 @@ impl Escalation {
                     break;
                 }
                 let until = (Instant::now() + pause).min(cap_end);
-                let watch: Vec<&ProvenProcess> = tracked
-                    .values()
-                    .filter(|t| !t.proc.has_exited())
-                    .map(|t| &t.proc)
-                    .collect();
+                let watch = live(source, &tracked);
                 source.wait(until, &watch);
                 pause = (pause * 2).min(MAX_RESCAN);
                 if source.is_empty() {
@@ -197,9 +223,13 @@ impl Escalation {
         for member in members {
             let key = (member.pid(), member.identity.starttime);
             let already = tracked.get(&key).map(|t| t.killed);
+            // A stopped process cannot act on SIGTERM until continued; a running one
+            // needs no SIGCONT (one syscall and one audit row saved per member).
+            let stopped = matches!(member.state, 'T' | 't');
             let signals: &[(Signal, &'static str)] = match (kill, already) {
                 (false, Some(_)) => &[],
-                (false, None) => &[(Signal::TERM, "SIGTERM"), (Signal::CONT, "SIGCONT")],
+                (false, None) if stopped => &[(Signal::TERM, "SIGTERM"), (Signal::CONT, "SIGCONT")],
+                (false, None) => &[(Signal::TERM, "SIGTERM")],
                 (true, Some(true)) => &[],
                 (true, _) => &[(Signal::KILL, "SIGKILL")],
             };
