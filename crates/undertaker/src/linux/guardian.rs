@@ -7,20 +7,19 @@
 //! a namespace init (see `pidns`).
 
 use super::cgroup::{self, CgroupTree};
+use super::owner::Owner;
 use super::pidns;
 use super::procfs::Procfs;
 use super::record::Recorder;
 use super::signal::{pidfd_exited, Signaller};
+use super::spawn::{raise_fd_limit, spawn_directly_into, spawn_error, spawn_with_std};
 use super::sys::{self, BlockedSignals};
 use super::teardown::{prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource};
-use crate::identity::{TreeId, TREE_MARKER};
-use crate::registry::OwnerRecord;
-use crate::{OwnerSpec, RunError, RunOptions, Tier};
+use crate::identity::TreeId;
+use crate::{RunError, RunOptions, Tier};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+use rustix::process::{Signal, WaitId, WaitIdOptions, WaitOptions};
 use std::time::{Duration, Instant};
 
 /// Signals forwarded to CMD unchanged (DESIGN §5).
@@ -42,119 +41,6 @@ pub enum Cause {
     CommandExited,
     OwnerDied,
     Terminated,
-}
-
-enum Owner {
-    /// We are PID 1 of a namespace: nobody above us to outlive.
-    None,
-    Process {
-        fd: OwnedFd,
-        pid: i32,
-    },
-    Pipe {
-        fd: OwnedFd,
-    },
-}
-
-impl Owner {
-    fn resolve(spec: &OwnerSpec) -> Result<Self, RunError> {
-        match *spec {
-            OwnerSpec::Parent => {
-                let ppid = rustix::process::getppid();
-                let Some(ppid) = ppid else {
-                    return Ok(Owner::None);
-                };
-                let fd = rustix::process::pidfd_open(ppid, PidfdFlags::empty()).map_err(|_| {
-                    RunError::OwnerGone(format!("parent {}", ppid.as_raw_nonzero()))
-                })?;
-                // Re-check after opening: if the parent died first we were reparented
-                // and would be watching a stranger.
-                if rustix::process::getppid() != Some(ppid) || pidfd_exited(fd.as_fd()) {
-                    return Err(RunError::OwnerGone(format!(
-                        "parent {}",
-                        ppid.as_raw_nonzero()
-                    )));
-                }
-                Ok(Owner::Process {
-                    fd,
-                    pid: ppid.as_raw_nonzero().get(),
-                })
-            }
-            OwnerSpec::Pid(pid) => {
-                let raw = Pid::from_raw(pid)
-                    .ok_or_else(|| RunError::Usage(format!("invalid owner pid {pid}")))?;
-                let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
-                    .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?;
-                if pidfd_exited(fd.as_fd()) {
-                    return Err(RunError::OwnerGone(format!("pid {pid}")));
-                }
-                Ok(Owner::Process { fd, pid })
-            }
-            OwnerSpec::Fd(n) => {
-                let fd = sys::take_inherited_fd(n)
-                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
-                rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK)
-                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
-                let mut owner = Owner::Pipe { fd };
-                if owner.gone() {
-                    return Err(RunError::OwnerGone(format!("fd {n} is at end of file")));
-                }
-                Ok(owner)
-            }
-        }
-    }
-
-    fn poll_fd(&self) -> Option<PollFd<'_>> {
-        match self {
-            Owner::None => None,
-            Owner::Process { fd, .. } => Some(PollFd::new(fd, PollFlags::IN)),
-            Owner::Pipe { fd } => Some(PollFd::new(fd, PollFlags::IN)),
-        }
-    }
-
-    /// True once the owner is provably gone. Data on the pipe is drained and ignored.
-    fn gone(&mut self) -> bool {
-        match self {
-            Owner::None => false,
-            Owner::Process { fd, .. } => pidfd_exited(fd.as_fd()),
-            Owner::Pipe { fd } => {
-                let mut buf = [0u8; 4096];
-                loop {
-                    match rustix::io::read(&*fd, &mut buf) {
-                        Ok(0) => return true,
-                        Ok(_) => continue,
-                        Err(rustix::io::Errno::AGAIN) => return false,
-                        Err(rustix::io::Errno::INTR) => continue,
-                        Err(_) => return true,
-                    }
-                }
-            }
-        }
-    }
-
-    /// The owner as the registry records it, for `ps` and `sweep` to check later.
-    fn record(&self, spec: &OwnerSpec, procfs: &Procfs) -> OwnerRecord {
-        let (kind, pid) = match (self, spec) {
-            (Owner::None, _) => ("none", None),
-            (Owner::Pipe { .. }, _) => ("fd", None),
-            (Owner::Process { pid, .. }, OwnerSpec::Parent) => ("parent", Some(*pid)),
-            (Owner::Process { pid, .. }, _) => ("pid", Some(*pid)),
-        };
-        let starttime = pid.and_then(|p| procfs.stat(p).ok()).map(|s| s.starttime);
-        OwnerRecord {
-            kind: kind.into(),
-            pid,
-            starttime,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            Owner::None => "none".into(),
-            Owner::Process { pid, .. } => format!("pid {pid}"),
-            Owner::Pipe { .. } => "pipe".into(),
-        }
-    }
 }
 
 /// Exit status of CMD, kept as a shell would report it.
@@ -566,101 +452,6 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     Ok(guardian.root_status.unwrap_or(125))
 }
 
-/// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
-/// CLONE_INTO_CGROUP: then the child joins its cgroup through `join_fd` before exec).
-fn spawn_with_std(
-    opts: &RunOptions,
-    tree: &TreeId,
-    signaller: &Signaller,
-    nofile: Option<u64>,
-    cgroup_tree: &Option<CgroupTree>,
-    join_fd: Option<OwnedFd>,
-) -> Result<(i32, OwnedFd), RunError> {
-    let (program, args) = opts
-        .command
-        .split_first()
-        .ok_or_else(|| RunError::Usage("no command given".into()))?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env(TREE_MARKER, tree.as_str())
-        .process_group(0);
-    sys::install_child_setup(
-        &mut cmd,
-        signaller.me().pgrp,
-        nofile,
-        join_fd.as_ref().map(|fd| fd.as_raw_fd()),
-        signaller.me().pid,
-    );
-    let child = cmd.spawn().map_err(|e| {
-        if let Some(cg) = &cgroup_tree {
-            let _ = cg.remove(Duration::ZERO);
-        }
-        if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
-            RunError::Setup("could not move the command into its cgroup; it was not started".into())
-        } else {
-            spawn_error(program, e)
-        }
-    })?;
-    drop(join_fd);
-    let root_pid = child.id() as i32;
-    // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
-    let root_fd = rustix::process::pidfd_open(
-        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
-        PidfdFlags::empty(),
-    )
-    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
-    drop(child);
-    Ok((root_pid, root_fd))
-}
-
-/// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
-/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
-fn spawn_directly_into(
-    cg: &CgroupTree,
-    opts: &RunOptions,
-    tree: &TreeId,
-    guardian_pgrp: i32,
-    nofile: Option<u64>,
-) -> std::io::Result<Option<(i32, OwnedFd)>> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let cstr =
-        |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
-    let argv = opts
-        .command
-        .iter()
-        .map(|a| cstr(a.as_bytes()))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let Some(program) = argv.first().cloned() else {
-        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
-    };
-    let mut envp = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        if k.as_bytes() == TREE_MARKER.as_bytes() {
-            continue;
-        }
-        let mut entry = k.as_bytes().to_vec();
-        entry.push(b'=');
-        entry.extend_from_slice(v.as_bytes());
-        envp.push(cstr(&entry)?);
-    }
-    envp.push(cstr(format!("{TREE_MARKER}={tree}").as_bytes())?);
-    let spec = sys::ExecSpec {
-        program,
-        argv,
-        envp,
-        guardian_pgrp,
-        guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
-        nofile_soft: nofile,
-    };
-    let dir = rustix::fs::open(
-        &cg.path,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    sys::spawn_into_cgroup(&spec, dir.as_fd())
-}
-
 fn teardown(guardian: &mut Guardian, grace: Duration, recorder: &Recorder) -> TeardownReport {
     let escalation = Escalation {
         grace,
@@ -723,35 +514,6 @@ impl TreeSource for FlushBeforeWait<'_> {
     fn watches_members(&self) -> bool {
         self.inner.watches_members()
     }
-}
-
-pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {
-    let name = program.to_string_lossy().into_owned();
-    match e.kind() {
-        std::io::ErrorKind::NotFound => RunError::NotFound(name),
-        std::io::ErrorKind::PermissionDenied => RunError::NotExecutable(name, e.to_string()),
-        _ if e.raw_os_error() == Some(libc::ENOEXEC) => {
-            RunError::NotExecutable(name, e.to_string())
-        }
-        _ => RunError::Setup(format!("could not start {name}: {e}")),
-    }
-}
-
-/// Teardown holds one pidfd per member, so a tree of thousands must not hit the soft
-/// RLIMIT_NOFILE of 1024. Returns the original soft limit, which CMD gets back.
-fn raise_fd_limit() -> Option<u64> {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut lim = getrlimit(Resource::Nofile);
-    let original = lim.current;
-    if let (Some(max), Some(cur)) = (lim.maximum, lim.current) {
-        if cur < max {
-            lim.current = Some(max.min(1 << 20));
-            if setrlimit(Resource::Nofile, lim).is_ok() {
-                return original;
-            }
-        }
-    }
-    None
 }
 
 /// The pidns tier: the init (PID 1 of the tree's namespace) runs CMD; we watch the

@@ -225,7 +225,7 @@ fn run_init(
     let fg = if was_foreground { 0 } else { i32::MIN };
     sys::install_child_setup(&mut cmd, fg, spec.nofile, None, std::process::id() as i32);
     let child = cmd.spawn().map_err(|e| {
-        let err = super::guardian::spawn_error(program, e);
+        let err = super::spawn::spawn_error(program, e);
         (err.exit_code(), err.to_string())
     })?;
     let cmd_pid = child.id() as i32;

@@ -1,0 +1,126 @@
+//! The owner of a tree, watched so the tree dies with it: a pidfd of a process (the
+//! parent by default, or `--owner PID`), or an inherited pipe whose end of file means
+//! the owner is gone (`--owner-fd N`, the Hermes trick). Never PDEATHSIG: it fires
+//! when the forking *thread* exits, which multi-threaded hosts do all the time.
+
+use super::procfs::Procfs;
+use super::signal::pidfd_exited;
+use super::sys;
+use crate::registry::OwnerRecord;
+use crate::{OwnerSpec, RunError};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::process::{Pid, PidfdFlags};
+
+pub(crate) enum Owner {
+    /// We are PID 1 of a namespace: nobody above us to outlive.
+    None,
+    Process {
+        fd: OwnedFd,
+        pid: i32,
+    },
+    Pipe {
+        fd: OwnedFd,
+    },
+}
+
+impl Owner {
+    pub(crate) fn resolve(spec: &OwnerSpec) -> Result<Self, RunError> {
+        match *spec {
+            OwnerSpec::Parent => {
+                let ppid = rustix::process::getppid();
+                let Some(ppid) = ppid else {
+                    return Ok(Owner::None);
+                };
+                let fd = rustix::process::pidfd_open(ppid, PidfdFlags::empty()).map_err(|_| {
+                    RunError::OwnerGone(format!("parent {}", ppid.as_raw_nonzero()))
+                })?;
+                // Re-check after opening: if the parent died first we were reparented
+                // and would be watching a stranger.
+                if rustix::process::getppid() != Some(ppid) || pidfd_exited(fd.as_fd()) {
+                    return Err(RunError::OwnerGone(format!(
+                        "parent {}",
+                        ppid.as_raw_nonzero()
+                    )));
+                }
+                Ok(Owner::Process {
+                    fd,
+                    pid: ppid.as_raw_nonzero().get(),
+                })
+            }
+            OwnerSpec::Pid(pid) => {
+                let raw = Pid::from_raw(pid)
+                    .ok_or_else(|| RunError::Usage(format!("invalid owner pid {pid}")))?;
+                let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
+                    .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?;
+                if pidfd_exited(fd.as_fd()) {
+                    return Err(RunError::OwnerGone(format!("pid {pid}")));
+                }
+                Ok(Owner::Process { fd, pid })
+            }
+            OwnerSpec::Fd(n) => {
+                let fd = sys::take_inherited_fd(n)
+                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
+                rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK)
+                    .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
+                let mut owner = Owner::Pipe { fd };
+                if owner.gone() {
+                    return Err(RunError::OwnerGone(format!("fd {n} is at end of file")));
+                }
+                Ok(owner)
+            }
+        }
+    }
+
+    pub(crate) fn poll_fd(&self) -> Option<PollFd<'_>> {
+        match self {
+            Owner::None => None,
+            Owner::Process { fd, .. } => Some(PollFd::new(fd, PollFlags::IN)),
+            Owner::Pipe { fd } => Some(PollFd::new(fd, PollFlags::IN)),
+        }
+    }
+
+    /// True once the owner is provably gone. Data on the pipe is drained and ignored.
+    pub(crate) fn gone(&mut self) -> bool {
+        match self {
+            Owner::None => false,
+            Owner::Process { fd, .. } => pidfd_exited(fd.as_fd()),
+            Owner::Pipe { fd } => {
+                let mut buf = [0u8; 4096];
+                loop {
+                    match rustix::io::read(&*fd, &mut buf) {
+                        Ok(0) => return true,
+                        Ok(_) => continue,
+                        Err(rustix::io::Errno::AGAIN) => return false,
+                        Err(rustix::io::Errno::INTR) => continue,
+                        Err(_) => return true,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The owner as the registry records it, for `ps` and `sweep` to check later.
+    pub(crate) fn record(&self, spec: &OwnerSpec, procfs: &Procfs) -> OwnerRecord {
+        let (kind, pid) = match (self, spec) {
+            (Owner::None, _) => ("none", None),
+            (Owner::Pipe { .. }, _) => ("fd", None),
+            (Owner::Process { pid, .. }, OwnerSpec::Parent) => ("parent", Some(*pid)),
+            (Owner::Process { pid, .. }, _) => ("pid", Some(*pid)),
+        };
+        let starttime = pid.and_then(|p| procfs.stat(p).ok()).map(|s| s.starttime);
+        OwnerRecord {
+            kind: kind.into(),
+            pid,
+            starttime,
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Owner::None => "none".into(),
+            Owner::Process { pid, .. } => format!("pid {pid}"),
+            Owner::Pipe { .. } => "pipe".into(),
+        }
+    }
+}
