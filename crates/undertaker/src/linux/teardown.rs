@@ -153,13 +153,22 @@ impl Escalation {
         // Round 2..n: re-prove everything still there and SIGKILL it, until empty or cap.
         if !source.is_empty() {
             let cap_end = Instant::now() + self.kill_cap;
+            // Members already gone before the kernel-side kill went out count as
+            // `gone`, not `killed`.
+            let exited_before: Vec<(i32, u64)> = tracked
+                .iter()
+                .filter(|(_, t)| t.proc.has_exited())
+                .map(|(k, _)| *k)
+                .collect();
             let kernel_kill = source.kill_all();
             let mut pause = Duration::from_millis(1);
             loop {
                 self.round(signaller, source, &mut tracked, &mut refused, audit, true);
                 if kernel_kill {
-                    for t in tracked.values_mut() {
-                        t.killed = true;
+                    for (key, t) in tracked.iter_mut() {
+                        if !exited_before.contains(key) {
+                            t.killed = true;
+                        }
                     }
                 }
                 if source.is_empty() || Instant::now() >= cap_end {
