@@ -153,30 +153,38 @@ impl TreeSource for Guardian {
         (proven, refused)
     }
 
-    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+    fn first_strike(
+        &mut self,
+        signaller: &Signaller,
+        audit: &mut dyn FnMut(AuditEvent),
+    ) -> Option<i32> {
         self.reap();
         // CMD is unreaped (no status yet), so its number is still its own; prove_child
         // pins it with a fresh pidfd and re-checks it is our child. The kernel then
         // resolves the group from that process (PIDFD_SIGNAL_PROCESS_GROUP), never
         // from a number that could have been recycled.
         if self.root_status.is_some() {
-            return;
+            return None;
         }
-        let Ok(root) = signaller.prove_child(None, self.root_pid) else {
-            return;
-        };
+        let root = signaller.prove_child(None, self.root_pid).ok()?;
         if root.identity.pgid != root.pid() {
-            return;
+            return None;
         }
         match signaller.signal_group(&root, Signal::TERM) {
-            Ok(delivery) => audit(AuditEvent::Signal {
-                target: root.identity.clone(),
-                signal: "SIGTERM",
-                proof: root.proof.clone(),
-                delivery,
-            }),
+            Ok(delivery) => {
+                audit(AuditEvent::Signal {
+                    target: root.identity.clone(),
+                    signal: "SIGTERM",
+                    proof: root.proof.clone(),
+                    delivery,
+                });
+                (delivery == super::signal::Delivery::Delivered).then_some(root.identity.pgid)
+            }
             // Older kernels: the member walk signals everyone one by one anyway.
-            Err(refusal) => tracing::debug!(%refusal, "no process-group first strike"),
+            Err(refusal) => {
+                tracing::debug!(%refusal, "no process-group first strike");
+                None
+            }
         }
     }
 
@@ -505,7 +513,11 @@ impl TreeSource for FlushBeforeWait<'_> {
     fn kill_all(&mut self) -> bool {
         self.inner.kill_all()
     }
-    fn first_strike(&mut self, signaller: &Signaller, audit: &mut dyn FnMut(AuditEvent)) {
+    fn first_strike(
+        &mut self,
+        signaller: &Signaller,
+        audit: &mut dyn FnMut(AuditEvent),
+    ) -> Option<i32> {
         self.inner.first_strike(signaller, audit)
     }
     fn needs_rescan(&mut self) -> bool {

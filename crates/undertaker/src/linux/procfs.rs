@@ -750,6 +750,18 @@ mod tests {
             .spawn()
             .unwrap();
         let kid = child.id() as i32;
+        // spawn() returns once exec has closed the close-on-exec fds, slightly before
+        // the new image's environment is mapped: wait for it (setup, not a verdict).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while proc
+            .environ_value(kid, "UNDERTAKER_TREE")
+            .ok()
+            .flatten()
+            .is_none()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
 
         let result = std::panic::catch_unwind(|| {
             assert!(proc.children(me).unwrap().contains(&kid));

@@ -323,7 +323,8 @@ pub enum Forked {
     },
 }
 
-/// `struct clone_args`, version 0 (64 bytes), from linux/sched.h.
+/// `struct clone_args` (linux/sched.h) up to `cgroup` (CLONE_ARGS_SIZE_VER2). Older
+/// kernels accept the larger size as long as the fields they do not know are zero.
 #[repr(C)]
 #[derive(Default)]
 struct CloneArgs {
@@ -335,46 +336,60 @@ struct CloneArgs {
     stack: u64,
     stack_size: u64,
     tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
 }
 
-/// Forks (clone3 without CLONE_VM: a plain fork) into a new PID and mount namespace,
-/// and a new user namespace when `user_ns`. The child continues as a copy of the
-/// caller, so the caller must be single-threaded (checked by the caller): no lock can
-/// be held by a thread that does not exist in the child. The parent gets a pidfd from
-/// CLONE_PIDFD, so the child is never addressed by number.
-pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// clone3 without CLONE_VM — a fork — with CLONE_PIDFD added to `flags`, into the
+/// cgroup `cgroup` when given. The parent gets the child's pid and a pidfd that exists
+/// before anything could reap the child.
+///
+/// # Safety
+/// The caller must be single-threaded (no lock can be held by a thread that does not
+/// exist in the child), and on the `Child` side may only make async-signal-safe calls
+/// before exec or `_exit`, unless it goes on as its own single-threaded process.
+unsafe fn fork3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
     let mut pidfd: libc::c_int = -1;
-    let mut flags = (libc::CLONE_PIDFD | libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
-    if user_ns {
-        flags |= libc::CLONE_NEWUSER as u64;
-    }
     let args = CloneArgs {
-        flags,
+        flags: flags | libc::CLONE_PIDFD as u64 | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup.map_or(0, |fd| fd.as_raw_fd() as u64),
         ..Default::default()
     };
-    // SAFETY: clone3 without CLONE_VM duplicates the address space like fork; the
-    // kernel writes the pidfd into `pidfd`, which outlives the call. Both sides return.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    // SAFETY: the kernel reads `args` and writes the pidfd into `pidfd`, both of which
+    // outlive the call; the caller upholds the fork contract above.
+    let rc = libc::syscall(
+        libc::SYS_clone3,
+        &args as *const CloneArgs,
+        std::mem::size_of::<CloneArgs>(),
+    );
     match rc {
         n if n < 0 => Err(io::Error::last_os_error()),
         0 => Ok(Forked::Child),
-        pid => {
+        pid => Ok(Forked::Parent {
+            pid: pid as i32,
             // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new fd we own.
-            let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-            Ok(Forked::Parent {
-                pid: pid as i32,
-                pidfd,
-            })
-        }
+            pidfd: OwnedFd::from_raw_fd(pidfd),
+        }),
     }
+}
+
+/// Forks into a new PID and mount namespace, and a new user namespace when
+/// `user_ns`. The child continues as a copy of the caller, so the caller must be
+/// single-threaded (checked by the caller). The parent gets a pidfd from
+/// CLONE_PIDFD, so the child is never addressed by number.
+pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
+    let mut flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
+    if user_ns {
+        flags |= libc::CLONE_NEWUSER as u64;
+    }
+    // SAFETY: the caller checked it is single-threaded; the child becomes the
+    // namespace's own single-threaded init.
+    unsafe { fork3(flags, None) }
 }
 
 /// `kill(-1, sig)`: every process the caller may signal, except itself. Only
@@ -417,26 +432,6 @@ pub struct ExecSpec {
     pub nofile_soft: Option<u64>,
 }
 
-/// `struct clone_args` (linux/sched.h), up to `cgroup` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgsV2 {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
 /// Starts `spec` directly inside the cgroup `cgroup_dir` (an open cgroup2 directory)
 /// with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)`: no migration through cgroup.procs
 /// (whose RCU synchronisation costs milliseconds) and the pidfd comes with the child,
@@ -457,54 +452,40 @@ pub fn spawn_into_cgroup(
     envp.push(std::ptr::null());
     let (report_r, report_w) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
-    let mut pidfd: RawFd = -1;
-    let args = CloneArgsV2 {
-        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
-        pidfd: &mut pidfd as *mut RawFd as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup_dir.as_raw_fd() as u64,
-        ..Default::default()
+    // SAFETY: the guardian is single-threaded; the child only makes plain syscalls on
+    // memory prepared above and ends in execvpe or _exit.
+    let forked = match unsafe { fork3(0, Some(cgroup_dir)) } {
+        Ok(f) => f,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG) => Ok(None),
+                _ => Err(e),
+            }
+        }
     };
-    // SAFETY: clone3 without CLONE_VM is a fork: the child gets a copy of this
-    // (single-threaded) process. It only makes plain syscalls on memory prepared
-    // above and ends in execvpe or _exit.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgsV2,
-            std::mem::size_of::<CloneArgsV2>(),
-        )
-    };
-    if ret < 0 {
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    if ret == 0 {
-        // SAFETY: in the child; see above.
-        unsafe {
-            libc::setpgid(0, 0);
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if let Err(errno) =
-                prepare_child(spec.guardian_pid, spec.guardian_pgrp, spec.nofile_soft)
-            {
+    let (pid, pidfd) = match forked {
+        Forked::Parent { pid, pidfd } => (pid, pidfd),
+        Forked::Child => {
+            // SAFETY: in the child; see above.
+            unsafe {
+                libc::setpgid(0, 0);
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                if let Err(errno) =
+                    prepare_child(spec.guardian_pid, spec.guardian_pgrp, spec.nofile_soft)
+                {
+                    let bytes = errno.to_ne_bytes();
+                    libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(125);
+                }
+                libc::execvpe(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                let errno = *libc::__errno_location();
                 let bytes = errno.to_ne_bytes();
                 libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(125);
+                libc::_exit(127);
             }
-            libc::execvpe(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            let errno = *libc::__errno_location();
-            let bytes = errno.to_ne_bytes();
-            libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-            libc::_exit(127);
         }
-    }
+    };
     drop(report_w);
-    let pid = ret as i32;
-    // SAFETY: CLONE_PIDFD stored a fresh pidfd that nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let mut buf = [0u8; 4];
     let n = loop {
         match rustix::io::read(&report_r, &mut buf) {

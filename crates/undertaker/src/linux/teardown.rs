@@ -76,8 +76,16 @@ pub trait TreeSource {
     }
     /// One cheap, kernel-scoped SIGTERM before the member walk (e.g. the root's
     /// process group through its pidfd), so the tree starts dying while members are
-    /// still being proven. Every signal still goes through the signaller.
-    fn first_strike(&mut self, _signaller: &Signaller, _audit: &mut dyn FnMut(AuditEvent)) {}
+    /// still being proven. Every signal still goes through the signaller. Returns the
+    /// process group that received SIGTERM, if any: its members get no second SIGTERM
+    /// (many programs read a second one as "quit now, skip the cleanup").
+    fn first_strike(
+        &mut self,
+        _signaller: &Signaller,
+        _audit: &mut dyn FnMut(AuditEvent),
+    ) -> Option<i32> {
+        None
+    }
     /// True when members may exist that the last `members()` call did not look for
     /// (a source that skips an expensive scan while a cheaper view covers the tree):
     /// the grace period then runs another SIGTERM round.
@@ -111,6 +119,16 @@ pub struct Escalation {
     pub kill_cap: Duration,
 }
 
+/// Which round of the escalation is running.
+#[derive(Clone, Copy)]
+enum Phase {
+    /// SIGTERM to members not yet signalled, except those of the group the first
+    /// strike already reached.
+    Term { struck_group: Option<i32> },
+    /// SIGKILL to every member still there.
+    Kill,
+}
+
 struct Tracked {
     proc: ProvenProcess,
     killed: bool,
@@ -139,12 +157,30 @@ impl Escalation {
         let mut refused: BTreeMap<i32, Refusal> = BTreeMap::new();
 
         // Round 1: SIGTERM (and SIGCONT to stopped members so they can act on it).
-        source.first_strike(signaller, audit);
-        self.round(signaller, source, &mut tracked, &mut refused, audit, false);
+        let struck = source.first_strike(signaller, audit);
+        self.round(
+            signaller,
+            source,
+            &mut tracked,
+            &mut refused,
+            audit,
+            Phase::Term {
+                struck_group: struck,
+            },
+        );
         let grace_end = Instant::now() + self.grace;
         while !source.is_empty() && Instant::now() < grace_end {
             if source.needs_rescan() {
-                self.round(signaller, source, &mut tracked, &mut refused, audit, false);
+                self.round(
+                    signaller,
+                    source,
+                    &mut tracked,
+                    &mut refused,
+                    audit,
+                    Phase::Term {
+                        struck_group: struck,
+                    },
+                );
             }
             let watch = live(source, &tracked);
             source.wait(grace_end, &watch);
@@ -163,7 +199,14 @@ impl Escalation {
             let kernel_kill = source.kill_all();
             let mut pause = Duration::from_millis(1);
             loop {
-                self.round(signaller, source, &mut tracked, &mut refused, audit, true);
+                self.round(
+                    signaller,
+                    source,
+                    &mut tracked,
+                    &mut refused,
+                    audit,
+                    Phase::Kill,
+                );
                 if kernel_kill {
                     for (key, t) in tracked.iter_mut() {
                         if !exited_before.contains(key) {
@@ -221,8 +264,12 @@ impl Escalation {
         tracked: &mut BTreeMap<(i32, u64), Tracked>,
         refused: &mut BTreeMap<i32, Refusal>,
         audit: &mut dyn FnMut(AuditEvent),
-        kill: bool,
+        phase: Phase,
     ) {
+        let (kill, struck_group) = match phase {
+            Phase::Term { struck_group } => (false, struck_group),
+            Phase::Kill => (true, None),
+        };
         let (members, refusals) = source.members(signaller);
         for (pid, r) in refusals {
             if refused.insert(pid, r.clone()).is_none() {
@@ -235,8 +282,13 @@ impl Escalation {
             // A stopped process cannot act on SIGTERM until continued; a running one
             // needs no SIGCONT (one syscall and one audit row saved per member).
             let stopped = matches!(member.state, 'T' | 't');
+            // Members of the group the first strike reached already have their SIGTERM.
+            // One that joined it after the strike gets SIGKILL when the grace ends.
+            let struck = struck_group == Some(member.identity.pgid);
             let signals: &[(Signal, &'static str)] = match (kill, already) {
                 (false, Some(_)) => &[],
+                (false, None) if struck && stopped => &[(Signal::CONT, "SIGCONT")],
+                (false, None) if struck => &[],
                 (false, None) if stopped => &[(Signal::TERM, "SIGTERM"), (Signal::CONT, "SIGCONT")],
                 (false, None) => &[(Signal::TERM, "SIGTERM")],
                 (true, Some(true)) => &[],
