@@ -524,28 +524,7 @@ impl Registry {
     }
 
     pub fn append_audit(&self, e: &AuditEntry) -> Result<(), RegistryError> {
-        retry(|| {
-            self.conn.execute(
-                "INSERT INTO audit (time_ms, tree_id, actor, event, target_pid,
-                    target_starttime, signal, proof, outcome, refusal_code, message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                params![
-                    if e.time_ms == 0 { now_ms() } else { e.time_ms },
-                    e.tree,
-                    e.actor,
-                    e.event,
-                    e.pid,
-                    e.starttime.map(|v| v as i64),
-                    e.signal,
-                    e.proof,
-                    e.outcome,
-                    e.refusal_code,
-                    e.message,
-                ],
-            )
-        })
-        .map(|_| ())
-        .map_err(|e| self.err(e))
+        self.append_audit_batch(std::slice::from_ref(e))
     }
 
     /// Gives SQLite's page cache back (a guardian idles for hours between writes).
