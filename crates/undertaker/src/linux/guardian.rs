@@ -18,7 +18,7 @@ use super::teardown::{prove_descendants, AuditEvent, Escalation, TeardownReport,
 use crate::identity::TreeId;
 use crate::{RunError, RunOptions, Tier};
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{Signal, WaitId, WaitIdOptions, WaitOptions};
 use std::time::{Duration, Instant};
 
@@ -290,6 +290,50 @@ fn choose_tier(requested: Tier) -> Result<Chosen, RunError> {
     }
 }
 
+/// What one wake-up of the guardian's loop brought.
+struct Received {
+    /// SIGTERM arrived: tear the tree down.
+    terminate: bool,
+    /// Signals to forward to CMD.
+    forward: Vec<i32>,
+}
+
+/// Blocks until our signalfd, `child` (CMD, or the namespace init) or the owner is
+/// ready, then drains our signals. `None` if poll itself failed: the caller tears
+/// down rather than spin.
+fn wait_for_event(
+    signals: &BlockedSignals,
+    child: BorrowedFd<'_>,
+    owner: &Owner,
+) -> Option<Received> {
+    let sfd = signals.fd();
+    let mut fds = Vec::with_capacity(3);
+    fds.push(PollFd::new(&sfd, PollFlags::IN));
+    fds.push(PollFd::new(&child, PollFlags::IN));
+    if let Some(p) = owner.poll_fd() {
+        fds.push(p);
+    }
+    match poll(&mut fds, None) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(e) => {
+            tracing::error!("poll failed: {e}; tearing down");
+            return None;
+        }
+    }
+    let mut got = Received {
+        terminate: false,
+        forward: Vec::new(),
+    };
+    for sig in signals.drain().unwrap_or_default() {
+        match sig {
+            libc::SIGCHLD => {}
+            libc::SIGTERM => got.terminate = true,
+            other => got.forward.push(other),
+        }
+    }
+    Some(got)
+}
+
 /// Runs CMD under guard and returns the exit status undertaker should exit with.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let procfs = Procfs::new();
@@ -399,31 +443,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     };
 
     let cause = loop {
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3);
-        let sfd = guardian.signals.fd();
-        fds.push(PollFd::new(&sfd, PollFlags::IN));
-        fds.push(PollFd::new(&guardian.root_fd, PollFlags::IN));
-        if let Some(p) = owner.poll_fd() {
-            fds.push(p);
-        }
-        match poll(&mut fds, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => {
-                tracing::error!("poll failed: {e}; tearing down");
-                break Cause::Terminated;
-            }
-        }
-        drop(fds);
-        let mut terminate = false;
-        for sig in guardian.signals.drain().unwrap_or_default() {
-            match sig {
-                libc::SIGCHLD => {}
-                libc::SIGTERM => terminate = true,
-                other => guardian.forward(other),
-            }
+        let Some(got) = wait_for_event(&guardian.signals, guardian.root_fd.as_fd(), &owner) else {
+            break Cause::Terminated;
+        };
+        for sig in got.forward {
+            guardian.forward(sig);
         }
         guardian.reap();
-        if terminate {
+        if got.terminate {
             break Cause::Terminated;
         }
         if guardian.root_status.is_some() || pidfd_exited(guardian.root_fd.as_fd()) {
@@ -556,36 +583,14 @@ fn run_pidns(
     })?;
     tracing::debug!(tree = %tree, init_pid = init.pid, owner = %owner.describe(), "guarding in a pid namespace");
     let cause = loop {
-        let sfd = signals.fd();
-        let mut fds = vec![
-            PollFd::new(&sfd, PollFlags::IN),
-            PollFd::new(&init.pidfd, PollFlags::IN),
-        ];
-        if let Some(p) = owner.poll_fd() {
-            fds.push(p);
+        let Some(got) = wait_for_event(&signals, init.pidfd.as_fd(), owner) else {
+            break Cause::Terminated;
+        };
+        // The init forwards these to CMD.
+        for sig in got.forward.into_iter().filter_map(Signal::from_named_raw) {
+            let _ = signaller.signal_own_child(init.pidfd.as_fd(), sig);
         }
-        match poll(&mut fds, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(e) => {
-                tracing::error!("poll failed: {e}; tearing down");
-                break Cause::Terminated;
-            }
-        }
-        drop(fds);
-        let mut terminate = false;
-        for sig in signals.drain().unwrap_or_default() {
-            match sig {
-                libc::SIGCHLD => {}
-                libc::SIGTERM => terminate = true,
-                other => {
-                    // The init forwards these to CMD.
-                    if let Some(sig) = Signal::from_named_raw(other) {
-                        let _ = signaller.signal_own_child(init.pidfd.as_fd(), sig);
-                    }
-                }
-            }
-        }
-        if terminate {
+        if got.terminate {
             break Cause::Terminated;
         }
         if pidfd_exited(init.pidfd.as_fd()) {
