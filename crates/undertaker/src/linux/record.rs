@@ -35,17 +35,7 @@ pub fn open_registry(
     uid: u32,
     boot_id: &str,
 ) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
-    let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
-    let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
-    let registry = Registry::open(&dir, boot_id).map_err(|e| (origin, e))?;
-    report_recovery(&registry);
-    Ok((dir, registry))
-}
-
-fn report_recovery(registry: &Registry) {
-    if let Some(rec) = &registry.recovered {
-        tracing::error!("{rec}");
-    }
+    open_registry_with(path, uid, boot_id, Registry::open)
 }
 
 /// [`open_registry`] for a guardian: no full integrity check up front (see
@@ -55,13 +45,26 @@ fn open_registry_for_guardian(
     uid: u32,
     boot_id: &str,
 ) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
+    open_registry_with(path, uid, boot_id, Registry::open_unchecked)
+}
+
+fn open_registry_with(
+    path: Option<&std::path::Path>,
+    uid: u32,
+    boot_id: &str,
+    open: fn(&StateDir, &str) -> Result<Registry, RegistryError>,
+) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
     let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
     let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
-    let registry = Registry::open_unchecked(&dir, boot_id).map_err(|e| (origin, e))?;
+    let registry = open(&dir, boot_id).map_err(|e| (origin, e))?;
+    report_recovery(&registry);
+    Ok((dir, registry))
+}
+
+fn report_recovery(registry: &Registry) {
     if let Some(rec) = &registry.recovered {
         tracing::error!("{rec}");
     }
-    Ok((dir, registry))
 }
 
 /// Our own identity as recorded for others to prove later.

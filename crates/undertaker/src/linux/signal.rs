@@ -101,6 +101,28 @@ pub fn pidfd_exited(fd: BorrowedFd<'_>) -> bool {
     }
 }
 
+/// A process whose pidfd was opened before its identity was read, not yet proven a
+/// member of anything: each `prove_*` adds its own evidence, then [`Opened::proven`].
+struct Opened {
+    fd: OwnedFd,
+    live: LiveFacts,
+    identity: Identity,
+    state: char,
+    info: Option<sys::PidfdInfo>,
+}
+
+impl Opened {
+    fn proven(self, proof: Proof) -> ProvenProcess {
+        ProvenProcess {
+            fd: self.fd,
+            identity: self.identity,
+            ppid: self.live.ppid,
+            state: self.state,
+            proof,
+        }
+    }
+}
+
 /// Gathers proofs and delivers signals on behalf of one undertaker process.
 #[derive(Debug, Clone)]
 pub struct Signaller {
@@ -150,10 +172,7 @@ impl Signaller {
     /// Also returns what PIDFD_GET_INFO said (read before the liveness check), so
     /// provers need not ask the kernel again.
     #[allow(clippy::type_complexity)]
-    fn open_then_read(
-        &self,
-        pid: i32,
-    ) -> Result<(OwnedFd, LiveFacts, Identity, char, Option<sys::PidfdInfo>), NotProven> {
+    fn open_then_read(&self, pid: i32) -> Result<Opened, NotProven> {
         ladder::check_pid(&self.me, pid)?;
         let raw = Pid::from_raw(pid).ok_or(Refusal::InvalidPid { pid })?;
         let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| {
@@ -192,7 +211,13 @@ impl Signaller {
             uid,
             pidfs_inode: pidfs_inode(fd.as_fd()),
         };
-        Ok((fd, live, identity, stat.state, info))
+        Ok(Opened {
+            fd,
+            live,
+            identity,
+            state: stat.state,
+            info,
+        })
     }
 
     /// Proves `pid` is a child of `parent` (`None` = of this process).
@@ -201,12 +226,12 @@ impl Signaller {
         parent: Option<&ProvenProcess>,
         pid: i32,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state, _) = self.open_then_read(pid)?;
+        let opened = self.open_then_read(pid)?;
         let parent_pid = parent.map_or(self.me.pid, |p| p.pid());
-        if live.ppid != parent_pid {
+        if opened.live.ppid != parent_pid {
             return Err(Refusal::NotOurs {
                 pid,
-                why: format!("parent is {}, not {parent_pid}", live.ppid),
+                why: format!("parent is {}, not {parent_pid}", opened.live.ppid),
             }
             .into());
         }
@@ -214,14 +239,8 @@ impl Signaller {
         if parent.is_some_and(|p| p.has_exited()) {
             return Err(NotProven::Gone);
         }
-        ladder::check_process(&self.me, &live, None)?;
-        Ok(ProvenProcess {
-            fd,
-            identity,
-            ppid: live.ppid,
-            state,
-            proof: Proof::Descendant { parent: parent_pid },
-        })
+        ladder::check_process(&self.me, &opened.live, None)?;
+        Ok(opened.proven(Proof::Descendant { parent: parent_pid }))
     }
 
     /// Proves `pid` carries `tree`'s marker, has our uid and did not start before
@@ -232,9 +251,9 @@ impl Signaller {
         tree: &TreeId,
         not_before: u64,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state, _) = self.open_then_read(pid)?;
-        ladder::check_process(&self.me, &live, None)?;
-        if live.starttime < not_before {
+        let opened = self.open_then_read(pid)?;
+        ladder::check_process(&self.me, &opened.live, None)?;
+        if opened.live.starttime < not_before {
             return Err(Refusal::NotOurs {
                 pid,
                 why: "started before the tree".into(),
@@ -252,16 +271,10 @@ impl Signaller {
             }
             .into());
         }
-        if pidfd_exited(fd.as_fd()) {
+        if pidfd_exited(opened.fd.as_fd()) {
             return Err(NotProven::Gone);
         }
-        Ok(ProvenProcess {
-            fd,
-            identity,
-            ppid: live.ppid,
-            state,
-            proof: Proof::Marker { tree: tree.clone() },
-        })
+        Ok(opened.proven(Proof::Marker { tree: tree.clone() }))
     }
 
     /// Proves the live process at `expected.pid` is the one recorded in `expected`.
@@ -273,9 +286,9 @@ impl Signaller {
             }
             .into());
         }
-        let (fd, live, identity, state, _) = self.open_then_read(expected.pid)?;
-        ladder::check_process(&self.me, &live, Some(expected))?;
-        if let (Some(want), Some(have)) = (expected.pidfs_inode, identity.pidfs_inode) {
+        let opened = self.open_then_read(expected.pid)?;
+        ladder::check_process(&self.me, &opened.live, Some(expected))?;
+        if let (Some(want), Some(have)) = (expected.pidfs_inode, opened.identity.pidfs_inode) {
             if want != have {
                 return Err(Refusal::NotOurs {
                     pid: expected.pid,
@@ -284,13 +297,7 @@ impl Signaller {
                 .into());
             }
         }
-        Ok(ProvenProcess {
-            fd,
-            identity,
-            ppid: live.ppid,
-            state,
-            proof: Proof::Snapshot,
-        })
+        Ok(opened.proven(Proof::Snapshot))
     }
 
     /// Proves `pid` is in the cgroup `path` (cgroup id `id`, `rel` its path as
@@ -303,10 +310,10 @@ impl Signaller {
         id: u64,
         rel: &str,
     ) -> Result<ProvenProcess, NotProven> {
-        let (fd, live, identity, state, info) = self.open_then_read(pid)?;
+        let opened = self.open_then_read(pid)?;
         // The kernel's cgroup id was read with the rest, before the liveness check;
         // only the /proc fallback is read now and needs a check of its own below.
-        let (member, checked) = match info {
+        let (member, checked) = match opened.info {
             Some(sys::PidfdInfo {
                 cgroup_id: Some(found),
                 ..
@@ -326,19 +333,13 @@ impl Signaller {
             }
             .into());
         }
-        ladder::check_process(&self.me, &live, None)?;
-        if !checked && pidfd_exited(fd.as_fd()) {
+        ladder::check_process(&self.me, &opened.live, None)?;
+        if !checked && pidfd_exited(opened.fd.as_fd()) {
             return Err(NotProven::Gone);
         }
-        Ok(ProvenProcess {
-            fd,
-            identity,
-            ppid: live.ppid,
-            state,
-            proof: Proof::Cgroup {
-                path: path.to_path_buf(),
-            },
-        })
+        Ok(opened.proven(Proof::Cgroup {
+            path: path.to_path_buf(),
+        }))
     }
 
     /// Sends `sig` to one proven process through its pidfd.

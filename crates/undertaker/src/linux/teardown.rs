@@ -157,30 +157,14 @@ impl Escalation {
         let mut refused: BTreeMap<i32, Refusal> = BTreeMap::new();
 
         // Round 1: SIGTERM (and SIGCONT to stopped members so they can act on it).
-        let struck = source.first_strike(signaller, audit);
-        self.round(
-            signaller,
-            source,
-            &mut tracked,
-            &mut refused,
-            audit,
-            Phase::Term {
-                struck_group: struck,
-            },
-        );
+        let term = Phase::Term {
+            struck_group: source.first_strike(signaller, audit),
+        };
+        self.round(signaller, source, &mut tracked, &mut refused, audit, term);
         let grace_end = Instant::now() + self.grace;
         while !source.is_empty() && Instant::now() < grace_end {
             if source.needs_rescan() {
-                self.round(
-                    signaller,
-                    source,
-                    &mut tracked,
-                    &mut refused,
-                    audit,
-                    Phase::Term {
-                        struck_group: struck,
-                    },
-                );
+                self.round(signaller, source, &mut tracked, &mut refused, audit, term);
             }
             let watch = live(source, &tracked);
             source.wait(grace_end, &watch);
