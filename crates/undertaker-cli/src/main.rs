@@ -6,13 +6,31 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use undertaker::{duration::parse_duration, OwnerSpec, RunOptions, Tier};
 
+/// `println!` that never panics: a closed stdout (`undertaker ps | head -1`) drops
+/// the rest of the output quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics: a closed stderr drops the message.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod printable;
 #[cfg(target_os = "linux")]
 mod reconcile;
 #[cfg(not(target_os = "linux"))]
 mod reconcile {
     //! The registry commands need Linux process primitives for now.
     fn unsupported() -> i32 {
-        eprintln!("undertaker: this command is not supported on this platform yet");
+        errln!("undertaker: this command is not supported on this platform yet");
         125
     }
     pub fn cmd_ps(_: super::PsArgs, _: Option<std::path::PathBuf>) -> i32 {
@@ -192,11 +210,28 @@ fn log_level(spec: Option<&str>) -> tracing::level_filters::LevelFilter {
     .unwrap_or(LevelFilter::WARN)
 }
 
+/// Where log lines go: stderr, with every failed write dropped. A guardian must never
+/// die of its own logging (a host that closed the read end of our stderr pipe, a full
+/// disk behind a redirect); the fmt layer would otherwise report the failure by
+/// printing to that same stderr, which panics.
+struct DroppingStderr;
+
+impl std::io::Write for DroppingStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn init_logging() {
     let spec = std::env::var("UNDERTAKER_LOG").ok();
     let _ = tracing_subscriber::fmt()
         .with_max_level(log_level(spec.as_deref()))
-        .with_writer(std::io::stderr)
+        .with_writer(|| DroppingStderr)
         .with_target(false)
         .without_time()
         .try_init();
@@ -216,7 +251,19 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// Longest label `run` accepts, in bytes: labels are for people reading `ps`.
+const MAX_LABEL: usize = 256;
+
 fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
+    if let Some(label) = &args.label {
+        if label.len() > MAX_LABEL {
+            errln!(
+                "undertaker: --label is {} bytes long; at most {MAX_LABEL} are allowed",
+                label.len()
+            );
+            return 2;
+        }
+    }
     let owner = match (args.owner, args.owner_fd) {
         (Some(pid), _) => OwnerSpec::Pid(pid),
         (None, Some(fd)) => OwnerSpec::Fd(fd),
@@ -233,7 +280,7 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     match undertaker::run(&opts) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             e.exit_code()
         }
     }
@@ -286,7 +333,7 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
             "auto": report.auto.as_str(),
             "state_dir": { "path": sd_path, "ok": sd_ok, "detail": sd_detail },
         });
-        println!("{out}");
+        outln!("{out}");
         return 0;
     }
     let mut rows: Vec<(String, &str, String)> =
@@ -311,18 +358,18 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         if sd_ok { "ok" } else { "error" },
         format!("{sd_path}: {sd_detail}"),
     ));
-    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(5).max(5);
-    let w1 = rows.iter().map(|r| r.1.len()).max().unwrap_or(6).max(6);
-    println!("{:w0$}  {:w1$}  detail", "check", "status");
-    for (name, status, detail) in rows {
-        println!("{name:w0$}  {status:w1$}  {detail}");
-    }
+    let header = ["check", "status", "detail"];
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|(name, status, detail)| vec![name, status.to_owned(), detail])
+        .collect();
+    printable::print_table(&header, &rows);
     0
 }
 
 #[cfg(not(target_os = "linux"))]
 fn cmd_doctor(_json: bool, _state_dir: Option<PathBuf>) -> i32 {
-    eprintln!("undertaker: doctor is not supported on this platform yet");
+    errln!("undertaker: doctor is not supported on this platform yet");
     125
 }
 

@@ -1,5 +1,6 @@
 //! `ps`, `sweep`, `kill` and `log`: thin printers over the library's reconcile module.
 
+use crate::printable::{self, print_table};
 use crate::{KillArgs, LogArgs, PsArgs, SweepArgs};
 use std::path::PathBuf;
 use undertaker::linux::reconcile::{self, Context, KillError, TreeSweep};
@@ -7,7 +8,7 @@ use undertaker::registry::RegistryError;
 
 fn open(state_dir: Option<PathBuf>) -> Result<Context, i32> {
     Context::open(state_dir.as_deref()).map_err(|e| {
-        eprintln!("undertaker: {e}");
+        errln!("undertaker: {}", printable::line(&e.to_string()));
         match e {
             RegistryError::UnsafeStateDir { .. } | RegistryError::NoStateDir => 2,
             _ => 1,
@@ -17,33 +18,8 @@ fn open(state_dir: Option<PathBuf>) -> Result<Context, i32> {
 
 fn print_json(v: &impl serde::Serialize) {
     match serde_json::to_string_pretty(v) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("undertaker: json: {e}"),
-    }
-}
-
-/// Left-aligned columns, two spaces apart.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<String>| {
-        let mut out = String::new();
-        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
-            if i + 1 == cells.len() {
-                out.push_str(c);
-            } else {
-                out.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(header.iter().map(|s| s.to_string()).collect());
-    for r in rows {
-        line(r.clone());
+        Ok(s) => outln!("{s}"),
+        Err(e) => errln!("undertaker: json: {e}"),
     }
 }
 
@@ -86,7 +62,7 @@ pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
     let rows = match reconcile::ps(&ctx, args.all) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             return 1;
         }
     };
@@ -116,13 +92,22 @@ fn print_tree_sweep(t: &TreeSweep) {
     let label = t
         .label
         .as_deref()
-        .map(|l| format!(" ({l})"))
+        .map(|l| format!(" ({})", printable::cell(l)))
         .unwrap_or_default();
-    println!("tree {}{label}: {} — {}", t.id, t.action, t.reason);
+    outln!(
+        "tree {}{label}: {} — {}",
+        t.id,
+        t.action,
+        printable::line(&t.reason)
+    );
     for x in &t.targets {
         match (&x.refusal_code, &x.refusal) {
-            (Some(code), Some(msg)) => println!("  pid {}: refused [{code}]: {msg}", x.pid),
-            _ => println!(
+            (Some(code), Some(msg)) => outln!(
+                "  pid {}: refused [{code}]: {}",
+                x.pid,
+                printable::line(msg)
+            ),
+            _ => outln!(
                 "  pid {} (start {}): {} [{}]",
                 x.pid,
                 x.starttime,
@@ -132,7 +117,7 @@ fn print_tree_sweep(t: &TreeSweep) {
         }
     }
     if t.left_alive > 0 {
-        println!("  {} guarded process(es) still alive", t.left_alive);
+        outln!("  {} guarded process(es) still alive", t.left_alive);
     }
 }
 
@@ -144,7 +129,7 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
     let report = match reconcile::sweep(&ctx, args.dry_run, args.grace) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             return 1;
         }
     };
@@ -159,7 +144,7 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
         } else {
             "left"
         };
-        println!(
+        outln!(
             "{} tree(s) examined; {} guarded process(es) {verb} alive",
             report.trees.len(),
             report.left_alive
@@ -176,11 +161,11 @@ pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
     let (id, rec) = match reconcile::resolve_tree(&ctx, &args.tree) {
         Ok(x) => x,
         Err(e @ (KillError::BadId(_) | KillError::Unknown(_) | KillError::Ambiguous(..))) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             return 2;
         }
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             return 1;
         }
     };
@@ -194,7 +179,7 @@ pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
             i32::from(t.left_alive > 0 || t.action == "refused")
         }
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             1
         }
     }
@@ -230,7 +215,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
     let entries = match ctx.registry.audit(None) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("undertaker: {e}");
+            errln!("undertaker: {}", printable::line(&e.to_string()));
             return 1;
         }
     };
@@ -248,7 +233,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                 .collect();
             match (valid, ids.len()) {
                 (false, _) => {
-                    eprintln!("undertaker: {prefix:?} is not a tree id (give at least 4 hex digits of one)");
+                    errln!("undertaker: {prefix:?} is not a tree id (give at least 4 hex digits of one)");
                     return 2;
                 }
                 (true, 0) => {
@@ -256,7 +241,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                     if reconcile::resolve_tree(&ctx, prefix).is_ok() {
                         vec![]
                     } else {
-                        eprintln!("undertaker: no tree with id {prefix}");
+                        errln!("undertaker: no tree with id {prefix}");
                         return 2;
                     }
                 }
@@ -269,7 +254,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                 }
                 (true, _) => {
                     let list: Vec<&str> = ids.into_iter().collect();
-                    eprintln!(
+                    errln!(
                         "undertaker: {prefix} matches several trees: {}",
                         list.join(", ")
                     );

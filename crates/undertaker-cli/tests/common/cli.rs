@@ -1,26 +1,51 @@
 //! Running the `undertaker` binary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const UNDERTAKER: &str = env!("CARGO_BIN_EXE_undertaker");
 
-/// `undertaker` with stdin closed and no tree marker inherited from whoever runs the
-/// tests.
+/// A HOME for every undertaker the tests start, so none of them ever writes into the
+/// real `~/.local/state/undertaker` of whoever runs the tests.
+pub fn test_home() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("undertaker-test-home")
+}
+
+/// The state dir of tests that name none of their own (shared by them, never the
+/// user's).
+pub fn test_state_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("undertaker-test-state")
+}
+
+/// Points `cmd` at the test HOME and state dir, whatever the caller's environment says.
+pub fn with_test_state(cmd: &mut Command) -> &mut Command {
+    cmd.env("HOME", test_home())
+        .env("UNDERTAKER_STATE_DIR", test_state_dir())
+        .env_remove("XDG_STATE_HOME")
+}
+
+/// `undertaker` with stdin closed, no tree marker inherited from whoever runs the
+/// tests, and the test HOME and state dir.
 pub fn undertaker() -> Command {
     let mut c = Command::new(UNDERTAKER);
     c.stdin(Stdio::null()).env_remove("UNDERTAKER_TREE");
+    with_test_state(&mut c);
     c
 }
 
-/// `undertaker` run as uid/gid 65534 through setpriv (needs root).
+/// `undertaker` run as uid/gid 65534 through setpriv (needs root). Its HOME is the
+/// test HOME, which it cannot write: it guards without recording (the shared test
+/// state dir belongs to root and an explicit one would be refused).
 pub fn undertaker_as_nobody() -> Command {
     let mut c = Command::new("setpriv");
     c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(UNDERTAKER)
         .stdin(Stdio::null())
-        .env_remove("UNDERTAKER_TREE");
+        .env_remove("UNDERTAKER_TREE")
+        .env("HOME", test_home())
+        .env_remove("UNDERTAKER_STATE_DIR")
+        .env_remove("XDG_STATE_HOME");
     c
 }
 

@@ -35,6 +35,8 @@ pub fn isolate(test_name: &str) -> bool {
         .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
         .env(INSIDE, "1")
         .env_remove("UNDERTAKER_TREE");
+    // Anything the inner run starts through a shell finds the test state, not the user's.
+    super::cli::with_test_state(&mut cmd);
     let out = match cmd.output() {
         Ok(out) => out,
         Err(e) => {

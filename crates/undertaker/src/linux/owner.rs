@@ -24,6 +24,40 @@ pub(crate) enum Owner {
     },
 }
 
+/// An owner fd must be able to report the owner's end: the read end of a pipe (EOF
+/// when the last writer closes) or a connected socket (EOF when the peer goes).
+/// Anything else either never ends (/dev/zero: always readable, spins the guardian)
+/// or ends at once (a file, a write end). Returns what the fd is when it is neither.
+fn check_owner_fd(fd: &OwnedFd) -> Result<(), String> {
+    use rustix::fs::FileType;
+    let st = rustix::fs::fstat(fd).map_err(|e| format!("unreadable ({e})"))?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Fifo => {
+            let mode = rustix::fs::fcntl_getfl(fd).map_err(|e| format!("unreadable ({e})"))?;
+            match mode & rustix::fs::OFlags::RWMODE {
+                m if m == rustix::fs::OFlags::RDONLY => Ok(()),
+                m if m == rustix::fs::OFlags::WRONLY => Err("the write end of a pipe".into()),
+                _ => Err("a pipe opened for reading and writing".into()),
+            }
+        }
+        FileType::Socket => {
+            if rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false) {
+                return Err("a listening socket".into());
+            }
+            match rustix::net::getpeername(fd) {
+                Ok(_) => Ok(()),
+                Err(_) => Err("an unconnected socket".into()),
+            }
+        }
+        FileType::RegularFile => Err("a regular file".into()),
+        FileType::Directory => Err("a directory".into()),
+        FileType::CharacterDevice => Err("a character device".into()),
+        FileType::BlockDevice => Err("a block device".into()),
+        FileType::Symlink => Err("a symlink".into()),
+        FileType::Unknown => Err("of an unknown kind".into()),
+    }
+}
+
 impl Owner {
     pub(crate) fn resolve(spec: &OwnerSpec) -> Result<Self, RunError> {
         match *spec {
@@ -61,6 +95,11 @@ impl Owner {
             OwnerSpec::Fd(n) => {
                 let fd = sys::take_inherited_fd(n)
                     .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
+                check_owner_fd(&fd).map_err(|what| {
+                    RunError::Usage(format!(
+                        "--owner-fd {n}: fd {n} is {what}, not the read end of a pipe or a connected socket"
+                    ))
+                })?;
                 rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK)
                     .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
                 let mut owner = Owner::Pipe { fd };

@@ -167,7 +167,9 @@ pub fn start(spec: &InitSpec<'_>, signals: &BlockedSignals) -> Result<NamespaceH
             ) {
                 Ok(code) => code,
                 Err((code, msg)) => {
-                    eprintln!("undertaker: pidns init: {msg}");
+                    // A closed stderr must not stop the init from exiting cleanly.
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr(), "undertaker: pidns init: {msg}");
                     code
                 }
             };

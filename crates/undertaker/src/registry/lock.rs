@@ -51,11 +51,18 @@ impl FileLock {
     pub fn create_held(path: &Path, info: &LockInfo) -> io::Result<Self> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut file = open_rw(&tmp, true)?;
-        if !flock(&file, true)? {
-            return Err(io::Error::other("fresh lock file is locked"));
+        let placed = (|| {
+            if !flock(&file, true)? {
+                return Err(io::Error::other("fresh lock file is locked"));
+            }
+            file.write_all(info.render().as_bytes())?;
+            std::fs::rename(&tmp, path)
+        })();
+        if let Err(e) = placed {
+            // A full disk fails the write: leave no half-made file behind.
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
-        file.write_all(info.render().as_bytes())?;
-        std::fs::rename(&tmp, path)?;
         Ok(Self {
             file,
             path: path.to_path_buf(),

@@ -236,6 +236,20 @@ fn retry<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     }
 }
 
+/// The first problem `PRAGMA quick_check` reports, and how many more: its full
+/// output is one line per damaged cell, and an error message is one line.
+fn quick_check_summary(check: &str) -> String {
+    let mut problems = check
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("***"));
+    let first = problems.next().unwrap_or("damaged");
+    match problems.count() {
+        0 => format!("quick_check: {first}"),
+        more => format!("quick_check: {first}, and {more} more problem(s)"),
+    }
+}
+
 enum OpenFailure {
     Corrupt(String),
     Other(rusqlite::Error),
@@ -336,7 +350,7 @@ impl Registry {
             let check: String = retry(|| conn.query_row("PRAGMA quick_check", [], |r| r.get(0)))
                 .map_err(classify)?;
             if check != "ok" {
-                return Err(OpenFailure::Corrupt(format!("quick_check: {check}")));
+                return Err(OpenFailure::Corrupt(quick_check_summary(&check)));
             }
         }
         let reg = Registry {

@@ -52,6 +52,10 @@ impl StateDir {
     /// Creates `path` (0700) if missing, then refuses a symlink, a non-directory, or a
     /// directory not owned by `uid`.
     pub fn prepare(path: &Path, uid: u32) -> Result<Self, RegistryError> {
+        // "link/" and "link/." name the directory a symlink points to, and every
+        // check below would pass on that directory: judge "link" itself.
+        let normalized: PathBuf = path.components().collect();
+        let path = normalized.as_path();
         let unsafe_dir = |why: String| RegistryError::UnsafeStateDir {
             path: path.to_path_buf(),
             why,
@@ -177,5 +181,25 @@ mod tests {
             (PathBuf::from("/h/.local/state/undertaker"), Origin::Default)
         );
         assert!(resolve_with(None, env(&[])).is_err());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn trailing_slashes_do_not_hide_a_symlink() {
+        let base = std::env::temp_dir().join(format!("ut-sd-{}", std::process::id()));
+        let real = base.join("real");
+        create_private(&real).unwrap();
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        for spelled in ["link", "link/", "link//", "link/."] {
+            let got = StateDir::prepare(&base.join(spelled), uid);
+            assert!(
+                matches!(got, Err(RegistryError::UnsafeStateDir { .. })),
+                "{spelled}: {got:?}"
+            );
+        }
+        assert!(StateDir::prepare(&base.join("real/"), uid).is_ok());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }
