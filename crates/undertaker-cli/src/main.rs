@@ -290,7 +290,7 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
 /// real test: it checks ownership, mode, symlinks and the database itself.
 #[cfg(target_os = "linux")]
 fn state_dir_health(state_dir: Option<&std::path::Path>) -> (String, bool, String) {
-    use undertaker::linux::reconcile::Context;
+    use undertaker::linux::commands::reconcile::Context;
     let path = undertaker::registry::state_dir::resolve(state_dir)
         .map(|(p, _)| p.display().to_string())
         .unwrap_or_else(|_| "(none)".into());
@@ -309,7 +309,7 @@ fn state_dir_health(state_dir: Option<&std::path::Path>) -> (String, bool, Strin
 
 #[cfg(target_os = "linux")]
 fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
-    let report = undertaker::linux::doctor::run();
+    let report = undertaker::linux::commands::doctor::run();
     let (sd_path, sd_ok, sd_detail) = state_dir_health(state_dir.as_deref());
     if json {
         let mut checks = serde_json::Map::new();

@@ -3,7 +3,7 @@
 use crate::printable::{self, print_table};
 use crate::{KillArgs, LogArgs, PsArgs, SweepArgs};
 use std::path::PathBuf;
-use undertaker::linux::reconcile::{self, Context, KillError, TreeSweep};
+use undertaker::linux::commands::reconcile::{self, Context, KillError, TreeSweep};
 use undertaker::registry::RegistryError;
 
 fn open(state_dir: Option<PathBuf>) -> Result<Context, i32> {

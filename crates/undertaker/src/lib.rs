@@ -102,7 +102,7 @@ impl RunError {
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     #[cfg(target_os = "linux")]
     {
-        linux::guardian::run(opts)
+        linux::commands::guardian::run(opts)
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -1,15 +1,14 @@
-//! Everything Linux-specific. Other platforms add a sibling module; the core types
-//! (identity, ladder, options) do not change.
+//! Everything Linux-specific, in four layers that only ever import downwards:
+//!
+//! - [`kernel`]: access to the kernel (the one `unsafe` module, `/proc`).
+//! - [`proof`]: proof of identity, the one signal path, and escalation.
+//! - [`contain`]: containment of a tree (cgroup, PID namespace, spawning, the owner).
+//! - [`commands`]: what the CLI runs (the guardian, sweep/kill, doctor, the recorder).
+//!
+//! Other platforms add a sibling module; the core types (identity, ladder, options) do
+//! not change.
 
-pub mod cgroup;
-pub mod doctor;
-pub mod guardian;
-pub(crate) mod owner;
-pub mod pidns;
-pub mod procfs;
-pub mod reconcile;
-pub mod record;
-pub mod signal;
-pub(crate) mod spawn;
-pub(crate) mod sys;
-pub mod teardown;
+pub mod commands;
+pub mod contain;
+pub mod kernel;
+pub mod proof;

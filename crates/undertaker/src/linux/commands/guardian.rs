@@ -6,16 +6,20 @@
 //! cgroup tier the tree also lives in its own cgroup; the pidns tier hands the tree to
 //! a namespace init (see `pidns`).
 
-use super::cgroup::{self, CgroupTree};
-use super::owner::Owner;
-use super::pidns;
-use super::procfs::Procfs;
-use super::record::Recorder;
-use super::signal::{pidfd_exited, Signaller};
-use super::spawn::{raise_fd_limit, spawn_directly_into, spawn_error, spawn_with_std};
-use super::sys::{self, BlockedSignals};
-use super::teardown::{prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource};
 use crate::identity::TreeId;
+use crate::linux::commands::record::Recorder;
+use crate::linux::contain::cgroup::{self, CgroupTree};
+use crate::linux::contain::owner::Owner;
+use crate::linux::contain::pidns;
+use crate::linux::contain::spawn::{
+    raise_fd_limit, spawn_directly_into, spawn_error, spawn_with_std,
+};
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys::{self, BlockedSignals};
+use crate::linux::proof::signal::{pidfd_exited, Signaller};
+use crate::linux::proof::teardown::{
+    prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource,
+};
 use crate::{RunError, RunOptions, Tier};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -122,7 +126,7 @@ impl TreeSource for Guardian {
         &mut self,
         signaller: &Signaller,
     ) -> (
-        Vec<super::signal::ProvenProcess>,
+        Vec<crate::linux::proof::signal::ProvenProcess>,
         Vec<(i32, crate::ladder::Refusal)>,
     ) {
         self.reap();
@@ -178,7 +182,8 @@ impl TreeSource for Guardian {
                     proof: root.proof.clone(),
                     delivery,
                 });
-                (delivery == super::signal::Delivery::Delivered).then_some(root.identity.pgid)
+                (delivery == crate::linux::proof::signal::Delivery::Delivered)
+                    .then_some(root.identity.pgid)
             }
             // Older kernels: the member walk signals everyone one by one anyway.
             Err(refusal) => {
@@ -203,7 +208,7 @@ impl TreeSource for Guardian {
         !self.walked_after_empty && !self.no_children && !cg.is_populated()
     }
 
-    fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
+    fn wait(&mut self, deadline: Instant, watch: &[&crate::linux::proof::signal::ProvenProcess]) {
         let now = Instant::now();
         if now < deadline {
             let timeout = deadline - now;
@@ -470,7 +475,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let report = teardown(&mut guardian, opts.grace, &recorder);
     if !report.empty {
         tracing::warn!(
-            stuck = report.count(super::teardown::Outcome::Stuck),
+            stuck = report.count(crate::linux::proof::teardown::Outcome::Stuck),
             "tree {tree} not empty after teardown"
         );
     }
@@ -525,12 +530,12 @@ impl TreeSource for FlushBeforeWait<'_> {
         &mut self,
         signaller: &Signaller,
     ) -> (
-        Vec<super::signal::ProvenProcess>,
+        Vec<crate::linux::proof::signal::ProvenProcess>,
         Vec<(i32, crate::ladder::Refusal)>,
     ) {
         self.inner.members(signaller)
     }
-    fn wait(&mut self, deadline: Instant, watch: &[&super::signal::ProvenProcess]) {
+    fn wait(&mut self, deadline: Instant, watch: &[&crate::linux::proof::signal::ProvenProcess]) {
         self.recorder.flush_audit();
         self.inner.wait(deadline, watch)
     }

@@ -3,9 +3,9 @@
 //! the owner is gone (`--owner-fd N`, the Hermes trick). Never PDEATHSIG: it fires
 //! when the forking *thread* exits, which multi-threaded hosts do all the time.
 
-use super::procfs::Procfs;
-use super::signal::pidfd_exited;
-use super::sys;
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys;
+use crate::linux::proof::signal::pidfd_exited;
 use crate::registry::OwnerRecord;
 use crate::{OwnerSpec, RunError};
 use rustix::event::{PollFd, PollFlags};

@@ -6,10 +6,10 @@
 //! "already gone" instead of hitting whoever reuses its number. Everything that cannot
 //! be proven comes back as a typed [`Refusal`].
 
-use super::procfs::{ProcError, Procfs};
-use super::sys;
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::{self, LiveFacts, Refusal, SelfFacts};
+use crate::linux::kernel::procfs::{ProcError, Procfs};
+use crate::linux::kernel::sys;
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{Pid, PidfdFlags, Signal};

@@ -2,9 +2,9 @@
 //! a cap. Waiting is event-driven (the source decides how: SIGCHLD, pidfds, cgroup
 //! events); nothing here sleeps on a timer to find out whether something died.
 
-use super::signal::{Delivery, NotProven, Proof, ProvenProcess, Signaller};
 use crate::identity::Identity;
 use crate::ladder::Refusal;
+use crate::linux::proof::signal::{Delivery, NotProven, Proof, ProvenProcess, Signaller};
 use rustix::process::Signal;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};

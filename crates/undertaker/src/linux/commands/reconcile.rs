@@ -8,13 +8,13 @@
 //! A tree whose guardian is alive is left to that guardian: it watches its owner
 //! itself and will tear down when the owner dies.
 
-use super::cgroup;
-use super::procfs::Procfs;
-use super::record::{audit_entry, open_registry};
-use super::signal::{NotProven, ProvenProcess, Signaller};
-use super::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::Refusal;
+use crate::linux::commands::record::{audit_entry, open_registry};
+use crate::linux::contain::cgroup;
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::proof::signal::{NotProven, ProvenProcess, Signaller};
+use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerRecord, Registry, RegistryError, StateDir,
@@ -491,7 +491,7 @@ fn sweep_tree(
         grace,
         kill_cap: KILL_CAP,
     };
-    let mut audit = |event: super::teardown::AuditEvent| {
+    let mut audit = |event: crate::linux::proof::teardown::AuditEvent| {
         if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
             tracing::warn!("audit log: {e}");
         }
@@ -556,7 +556,7 @@ fn sweep_cgroup(
         };
     }
     let registry = &ctx.registry;
-    let mut audit = |event: super::teardown::AuditEvent| {
+    let mut audit = |event: crate::linux::proof::teardown::AuditEvent| {
         if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
             tracing::warn!("audit log: {e}");
         }
@@ -759,13 +759,13 @@ pub fn kill(
                     .signaller
                     .signal(&guardian, rustix::process::Signal::TERM)
                 {
-                    Ok(delivery) => super::teardown::AuditEvent::Signal {
+                    Ok(delivery) => crate::linux::proof::teardown::AuditEvent::Signal {
                         target: guardian.identity.clone(),
                         signal: "SIGTERM",
                         proof: guardian.proof.clone(),
                         delivery,
                     },
-                    Err(r) => super::teardown::AuditEvent::Refusal {
+                    Err(r) => crate::linux::proof::teardown::AuditEvent::Refusal {
                         pid: guardian.pid(),
                         refusal: r,
                     },
@@ -791,7 +791,7 @@ pub fn kill(
             let _ = ctx.registry.append_audit(&audit_entry(
                 id,
                 "kill",
-                &super::teardown::AuditEvent::Refusal {
+                &crate::linux::proof::teardown::AuditEvent::Refusal {
                     pid: expected.pid,
                     refusal: r.clone(),
                 },

@@ -4,10 +4,10 @@
 //! guarded and a warning is logged. Only an explicitly chosen state directory that is
 //! unsafe (symlink, foreign owner) stops `run`, as a usage error.
 
-use super::procfs::Procfs;
-use super::signal::Signaller;
-use super::teardown::AuditEvent;
 use crate::identity::TreeId;
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::proof::signal::Signaller;
+use crate::linux::proof::teardown::AuditEvent;
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
     now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, Registry, RegistryError,
@@ -76,7 +76,7 @@ pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
         rustix::process::PidfdFlags::empty(),
     )
     .ok()
-    .and_then(|fd| super::signal::pidfs_inode(fd.as_fd()));
+    .and_then(|fd| crate::linux::proof::signal::pidfs_inode(fd.as_fd()));
     Some(GuardianRecord {
         pid: me.pid,
         starttime: stat.starttime,
@@ -207,7 +207,7 @@ impl Recorder {
         if let Some(reg) = &self.registry {
             reg.release_memory();
         }
-        super::sys::trim_heap();
+        crate::linux::kernel::sys::trim_heap();
     }
 
     /// Records where the cgroup tier put the tree, so `sweep` can kill it there.

@@ -4,11 +4,11 @@
 //! created and removed, a namespace created in a short-lived child), never a guess
 //! from the kernel version.
 
-use super::cgroup;
-use super::pidns;
-use super::procfs::Procfs;
-use super::signal::Signaller;
-use super::sys;
+use crate::linux::contain::cgroup;
+use crate::linux::contain::pidns;
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys;
+use crate::linux::proof::signal::Signaller;
 use crate::Tier;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::{PidfdFlags, Signal};

@@ -3,10 +3,10 @@
 //! born inside the tree's cgroup. Each path returns CMD's pid with a pidfd opened
 //! before anything could reap it.
 
-use super::cgroup::CgroupTree;
-use super::signal::Signaller;
-use super::sys;
 use crate::identity::{TreeId, TREE_MARKER};
+use crate::linux::contain::cgroup::CgroupTree;
+use crate::linux::kernel::sys;
+use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::{Pid, PidfdFlags};

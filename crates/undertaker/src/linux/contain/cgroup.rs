@@ -11,11 +11,11 @@
 //! finds leftovers with [`list_tree_cgroups`] even without a registry row, and judges
 //! the guardian alive only when it is in the sweeper's own PID namespace.
 
-use super::procfs::{parse_cgroup_v2, Procfs};
-use super::signal::{NotProven, ProvenProcess, Signaller};
-use super::teardown::{AuditEvent, Escalation, TeardownReport, TreeSource};
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
+use crate::linux::kernel::procfs::{parse_cgroup_v2, Procfs};
+use crate::linux::proof::signal::{NotProven, ProvenProcess, Signaller};
+use crate::linux::proof::teardown::{AuditEvent, Escalation, TeardownReport, TreeSource};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};

@@ -8,10 +8,10 @@
 //! with CLONE_NEWUSER it holds every capability of its new user namespace, which an
 //! exec as a non-root uid would drop before it could mount /proc.
 
-use super::procfs::Procfs;
-use super::signal::{pidfd_exited, signal_whole_namespace, NamespaceInit, Signaller};
-use super::sys::{self, BlockedSignals, Forked};
 use crate::identity::{TreeId, TREE_MARKER};
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
+use crate::linux::proof::signal::{pidfd_exited, signal_whole_namespace, NamespaceInit, Signaller};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::mount::{MountFlags, MountPropagationFlags};
@@ -128,7 +128,7 @@ pub fn probe() -> Result<(), String> {
 pub(crate) fn wait_pidfd(pidfd: &OwnedFd) -> Option<i32> {
     loop {
         match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED) {
-            Ok(Some(st)) => return super::guardian::shell_status(&st),
+            Ok(Some(st)) => return crate::linux::commands::guardian::shell_status(&st),
             Ok(None) => continue,
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => return None,
@@ -227,7 +227,7 @@ fn run_init(
     let fg = if was_foreground { 0 } else { i32::MIN };
     sys::install_child_setup(&mut cmd, fg, spec.nofile, None, std::process::id() as i32);
     let child = cmd.spawn().map_err(|e| {
-        let err = super::spawn::spawn_error(program, e);
+        let err = crate::linux::contain::spawn::spawn_error(program, e);
         (err.exit_code(), err.to_string())
     })?;
     let cmd_pid = child.id() as i32;

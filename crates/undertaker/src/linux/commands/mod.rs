@@ -1,0 +1,7 @@
+//! The commands: the guardian behind `undertaker run`, sweep and kill, doctor, and the
+//! guardian's registry recorder. The top layer: nothing below imports from here.
+
+pub mod doctor;
+pub mod guardian;
+pub mod reconcile;
+pub mod record;

@@ -1,0 +1,7 @@
+//! Containment: where a tree lives (cgroup, PID namespace), how CMD is started into it,
+//! and the owner watch. Builds on [`crate::linux::proof`] and [`crate::linux::kernel`].
+
+pub mod cgroup;
+pub(crate) mod owner;
+pub mod pidns;
+pub(crate) mod spawn;

@@ -1,0 +1,5 @@
+//! Kernel access: the one module with `unsafe` and the `/proc` reader. Imports nothing
+//! else from the crate's Linux layers.
+
+pub mod procfs;
+pub(crate) mod sys;

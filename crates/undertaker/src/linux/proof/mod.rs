@@ -1,0 +1,5 @@
+//! Proof of identity and the one path every signal takes ([`signal`]), and escalation
+//! over a proven set ([`teardown`]). Builds only on [`crate::linux::kernel`].
+
+pub mod signal;
+pub mod teardown;
