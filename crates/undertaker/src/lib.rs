@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 
 pub mod duration;
+mod exit_status;
 pub mod identity;
 pub mod ladder;
 #[cfg(target_os = "linux")]

@@ -16,6 +16,7 @@ use crate::linux::contain::spawn::{
 };
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
+use crate::linux::kernel::wait_status;
 use crate::linux::proof::signal::{pidfd_exited, Signaller};
 use crate::linux::proof::teardown::{
     prove_descendants, AuditEvent, Escalation, TeardownReport, TreeSource,
@@ -48,13 +49,6 @@ pub enum Cause {
 }
 
 /// Exit status of CMD, kept as a shell would report it.
-pub(crate) fn shell_status(status: &rustix::process::WaitIdStatus) -> Option<i32> {
-    if let Some(code) = status.exit_status() {
-        return Some(code & 0xff);
-    }
-    status.terminating_signal().map(|sig| 128 + sig)
-}
-
 /// Everything the guardian owns while CMD runs.
 struct Guardian {
     signals: BlockedSignals,
@@ -81,7 +75,7 @@ impl Guardian {
                 WaitId::PidFd(self.root_fd.as_fd()),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
             ) {
-                self.root_status = shell_status(&st);
+                self.root_status = wait_status::of_waitid(&st);
             }
         }
         loop {
@@ -89,10 +83,7 @@ impl Guardian {
                 Ok(Some((pid, st))) => {
                     // CMD was unreaped until this very call, so its number is its own.
                     if pid.as_raw_nonzero().get() == self.root_pid && self.root_status.is_none() {
-                        self.root_status = st
-                            .exit_status()
-                            .map(|c| c & 0xff)
-                            .or_else(|| st.terminating_signal().map(|s| 128 + s));
+                        self.root_status = wait_status::of_wait(&st);
                     }
                 }
                 Ok(None) => {

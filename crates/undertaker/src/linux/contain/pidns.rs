@@ -11,6 +11,7 @@
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
+use crate::linux::kernel::wait_status;
 use crate::linux::proof::signal::{pidfd_exited, signal_whole_namespace, NamespaceInit, Signaller};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
@@ -128,7 +129,7 @@ pub fn probe() -> Result<(), String> {
 pub(crate) fn wait_pidfd(pidfd: &OwnedFd) -> Option<i32> {
     loop {
         match rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED) {
-            Ok(Some(st)) => return crate::linux::commands::guardian::shell_status(&st),
+            Ok(Some(st)) => return wait_status::of_waitid(&st),
             Ok(None) => continue,
             Err(rustix::io::Errno::INTR) => continue,
             Err(_) => return None,
@@ -288,7 +289,7 @@ fn run_init(
         }
     }
     // Whatever is left dies with us (the kernel SIGKILLs the namespace), CMD included.
-    Ok(status.unwrap_or(128 + libc::SIGKILL))
+    Ok(status.unwrap_or(crate::exit_status::killed_by(libc::SIGKILL)))
 }
 
 /// Reaps every exited child; records CMD's status. True when no child is left.
@@ -298,10 +299,7 @@ fn reap_all(cmd_pid: i32, status: &mut Option<i32>) -> bool {
             Ok(Some((pid, st))) => {
                 // CMD was unreaped until this call, so the number is its own.
                 if pid.as_raw_nonzero().get() == cmd_pid && status.is_none() {
-                    *status = st
-                        .exit_status()
-                        .map(|c| c & 0xff)
-                        .or_else(|| st.terminating_signal().map(|s| 128 + s));
+                    *status = wait_status::of_wait(&st);
                 }
             }
             Ok(None) => return false,

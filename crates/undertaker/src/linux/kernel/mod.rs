@@ -3,3 +3,4 @@
 
 pub mod procfs;
 pub(crate) mod sys;
+pub(crate) mod wait_status;
