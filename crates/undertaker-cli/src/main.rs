@@ -237,7 +237,31 @@ fn init_logging() {
         .try_init();
 }
 
+/// Opens /dev/null on any of fds 0, 1 and 2 that was inherited closed, so nothing
+/// opened later (the registry, a lock file) takes a standard fd number and receives
+/// log lines or output meant for the terminal.
+#[cfg(unix)]
+fn fill_standard_fds() {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    // Not close-on-exec: standard fds are inherited by CMD.
+    while let Ok(fd) = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR,
+        rustix::fs::Mode::empty(),
+    ) {
+        if fd.as_raw_fd() > 2 {
+            return;
+        }
+        // It filled a hole: keep it open for the life of the process.
+        let _ = fd.into_raw_fd();
+    }
+}
+
+#[cfg(not(unix))]
+fn fill_standard_fds() {}
+
 fn main() -> ExitCode {
+    fill_standard_fds();
     let cli = Cli::parse();
     init_logging();
     let code = match cli.command {

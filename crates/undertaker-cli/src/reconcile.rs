@@ -176,7 +176,7 @@ pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
             } else {
                 print_tree_sweep(&t);
             }
-            i32::from(t.left_alive > 0 || t.action == "refused")
+            i32::from(t.left_alive > 0 || matches!(t.action, "refused" | "guardian_unresponsive"))
         }
         Err(e) => {
             errln!("undertaker: {}", printable::line(&e.to_string()));

@@ -487,3 +487,553 @@ fn full_disk_leaves_no_temporary_lock_file() {
     drop(fs);
     assert_nothing_left();
 }
+
+// ---------------------------------------------------------------------------------
+// Shared by the signal and start-up tests.
+
+/// `Ok` when `tier` can guard a tree here (asked of the binary: the pidns probe forks).
+fn tier_available(tier: &str) -> bool {
+    let ok = undertaker()
+        .args(["run", "--tier", tier, "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip(&format!("{tier} tier unavailable"));
+    }
+    ok
+}
+
+/// CMD for the signal tests: notes the first signal it gets to $1 and exits 3; a
+/// `setsid` member keeps the tree non-trivial. "ready" once the handlers are in place.
+const NOTE_SIGNAL: &str = r#"
+use strict; use POSIX ();
+my $out = shift @ARGV;
+sub note { open(my $f, '>>', $out) or die; print $f "$_[0]\n"; close $f; }
+my @names = qw(HUP INT QUIT ILL TRAP ABRT BUS FPE USR1 SEGV USR2 ALRM TERM STKFLT CONT
+               TSTP TTIN TTOU URG XCPU VTALRM PROF WINCH IO PWR SYS);
+for my $s (@names) { $SIG{$s} = sub { note($_[0]); POSIX::_exit(3); }; }
+for my $n (35, 40, 50) { my $name = "NUM$n"; $SIG{$name} = sub { note("RT$n"); POSIX::_exit(3); }; }
+if (fork() == 0) { POSIX::setsid(); exec('sleep', '1000'); }
+note('ready');
+sleep 1 while 1;
+"#;
+
+fn start_noting(scratch: &Scratch, tier: &str) -> (std::process::Child, PathBuf) {
+    let script = scratch.file("note.pl", NOTE_SIGNAL);
+    let log = scratch.path().join("got");
+    let _ = std::fs::remove_file(&log);
+    let child = undertaker()
+        .args(["run", "--tier", tier, "--grace", "500ms", "--", "perl"])
+        .arg(&script)
+        .arg(&log)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_lines(&log)
+            .contains(&"ready".to_string())),
+        "CMD never became ready"
+    );
+    (child, log)
+}
+
+// ---------------------------------------------------------------------------------
+// 2. Every catchable signal is forwarded to CMD or starts the teardown.
+
+fn every_signal_is_forwarded_or_tears_down(tier: &str) {
+    let scratch = Scratch::new("sig");
+    // (name, number, what CMD must have got): forwarded signals arrive as themselves,
+    // the rest start the teardown, whose first act is SIGTERM.
+    let forwarded = [
+        "HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "STKFLT", "CONT", "TSTP", "TTIN", "TTOU",
+        "URG", "VTALRM", "PROF", "WINCH", "IO", "PWR", "35", "40", "50",
+    ];
+    let teardown = [
+        "TERM", "XCPU", "SYS", "TRAP", "SEGV", "ABRT", "BUS", "FPE", "ILL",
+    ];
+    let cases = forwarded
+        .iter()
+        .map(|s| (*s, true))
+        .chain(teardown.iter().map(|s| (*s, false)));
+    for (name, forwards) in cases {
+        let (mut guardian, log) = start_noting(&scratch, tier);
+        send(&guardian, name);
+        let status = wait_child(&mut guardian, Duration::from_secs(30));
+        let got = read_lines(&log);
+        if status.is_none() {
+            kill9(&mut guardian);
+        }
+        let want = match (forwards, name.parse::<i32>()) {
+            (false, _) => "TERM".to_owned(),
+            (true, Ok(n)) => format!("RT{n}"),
+            (true, Err(_)) => name.to_owned(),
+        };
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(3),
+            "SIG{name} ({tier}): guardian ended with {status:?}; CMD got {got:?}"
+        );
+        assert!(
+            got.contains(&want),
+            "SIG{name} ({tier}): CMD got {got:?}, expected {want}"
+        );
+        let left = survivors_after(Duration::from_secs(10));
+        assert!(left.is_empty(), "SIG{name} ({tier}): survivors {left:#?}");
+    }
+    // PIPE and XFSZ report the guardian's own failed writes: ignored, never forwarded.
+    let (mut guardian, log) = start_noting(&scratch, tier);
+    send(&guardian, "PIPE");
+    send(&guardian, "XFSZ");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        guardian.try_wait().unwrap().is_none(),
+        "PIPE/XFSZ ended the guardian"
+    );
+    send(&guardian, "TERM");
+    let status = wait_child(&mut guardian, Duration::from_secs(30));
+    assert_eq!(status.and_then(|s| s.code()), Some(3));
+    assert_eq!(read_lines(&log), ["ready", "TERM"]);
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(left.is_empty(), "survivors {left:#?}");
+}
+
+/// `kill -NAME` to a child of ours (unreaped, so its pid is its own).
+fn send(child: &std::process::Child, name: &str) {
+    let ok = Command::new("perl")
+        .args(["-e", "kill($ARGV[0], $ARGV[1]) == 1 or exit 1", name])
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{name}");
+}
+
+#[test]
+fn every_catchable_signal_is_forwarded_or_tears_down_subreaper() {
+    if !isolate("every_catchable_signal_is_forwarded_or_tears_down_subreaper") {
+        return;
+    }
+    every_signal_is_forwarded_or_tears_down("subreaper");
+}
+
+#[test]
+fn every_catchable_signal_is_forwarded_or_tears_down_pidns() {
+    if !isolate("every_catchable_signal_is_forwarded_or_tears_down_pidns")
+        || !tier_available("pidns")
+    {
+        return;
+    }
+    every_signal_is_forwarded_or_tears_down("pidns");
+}
+
+// ---------------------------------------------------------------------------------
+// 5. An ignored SIGCHLD (or any other inherited disposition) does not break exit codes.
+
+#[test]
+fn inherited_ignored_sigchld_keeps_exit_codes_in_every_tier() {
+    if !isolate("inherited_ignored_sigchld_keeps_exit_codes_in_every_tier") {
+        return;
+    }
+    for tier in ["subreaper", "cgroup", "pidns"] {
+        if tier != "subreaper" && !tier_available(tier) {
+            continue;
+        }
+        let out = output_within(
+            Command::new("perl")
+                .args(["-e", "$SIG{CHLD} = 'IGNORE'; exec @ARGV or die"])
+                .arg(UNDERTAKER)
+                .args(["run", "--tier", tier, "--", "sh", "-c", "exit 7"])
+                .env_remove("UNDERTAKER_TREE")
+                .stdin(Stdio::null()),
+            Duration::from_secs(30),
+        )
+        .expect("undertaker hung");
+        assert_eq!(out.status.code(), Some(7), "{tier}: {}", text(&out.stderr));
+    }
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// 4. `kill` of a tree whose guardian is stopped tears it down, or says it did not.
+
+#[test]
+fn kill_with_a_stopped_guardian_never_claims_success_while_the_tree_lives() {
+    if !isolate("kill_with_a_stopped_guardian_never_claims_success_while_the_tree_lives") {
+        return;
+    }
+    let scratch = Scratch::new("stopped");
+    let state = scratch.path().join("state");
+    let ready = scratch.path().join("ready");
+    let mut guardian = undertaker()
+        .arg("run")
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "--tier",
+            "subreaper",
+            "--label",
+            "stopped",
+            "--grace",
+            "300ms",
+        ])
+        .args(["--", "sh", "-c"])
+        .arg(format!(
+            "sleep 1000 & setsid sleep 1000 & sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    let tree = find_tree(&state, "stopped", Duration::from_secs(20)).expect("no tree");
+    let id = tree["id"].as_str().unwrap().to_owned();
+    signal_child(&guardian, rustix::process::Signal::STOP);
+    assert!(wait_until(Duration::from_secs(10), || proc_state(
+        guardian.id() as i32
+    ) == Some('T')));
+    let out = ut_within(
+        &state,
+        &["kill", "--json", "--grace", "300ms", &id],
+        Duration::from_secs(60),
+    )
+    .expect("kill hung");
+    let alive = survivors(&id).len();
+    let report = json(&out);
+    // Let the guardian finish whatever it was doing before looking at the tree.
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
+        rustix::process::Signal::CONT,
+    );
+    if out.status.success() {
+        assert_eq!(alive, 0, "kill said success, {alive} alive: {report}");
+    } else {
+        assert_eq!(
+            report["left_alive"].as_u64(),
+            Some(alive as u64),
+            "{report}"
+        );
+    }
+    assert!(out.status.success(), "kill gave up: {report}");
+    assert!(wait_child(&mut guardian, Duration::from_secs(30)).is_some());
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// 3. Every wait is bounded: a stuck member of a pidns tree is reported, not awaited.
+
+/// A cgroup v1 freezer group: its members sleep uninterruptibly until thawed (even
+/// SIGKILL waits). Thawed and removed on drop.
+struct Freezer(PathBuf);
+
+impl Freezer {
+    fn new() -> Option<Self> {
+        let root = Path::new("/sys/fs/cgroup/freezer");
+        if !root.join("tasks").exists() {
+            return None;
+        }
+        let mut bytes = [0u8; 6];
+        rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()).unwrap();
+        let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = root.join(format!("undertaker-test-{name}"));
+        std::fs::create_dir(&dir).ok()?;
+        Some(Self(dir))
+    }
+
+    fn freeze(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+        std::fs::write(self.0.join("freezer.state"), "FROZEN").unwrap();
+        assert!(wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(self.0.join("freezer.state"))
+                .is_ok_and(|s| s.trim() == "FROZEN")
+        }));
+    }
+}
+
+impl Drop for Freezer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+        wait_until(Duration::from_secs(10), || {
+            reap_zombies();
+            std::fs::read_to_string(self.0.join("cgroup.procs")).is_ok_and(|s| s.is_empty())
+        });
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Pid (in our namespace) of the live process whose command line is exactly `argv`.
+fn pid_by_cmdline(argv: &[&str]) -> Option<i32> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    live_processes_except_self()
+        .into_iter()
+        .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
+}
+
+#[test]
+fn pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited() {
+    if !isolate("pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited")
+        || !tier_available("pidns")
+    {
+        return;
+    }
+    let Some(freezer) = Freezer::new() else {
+        return skip("no cgroup v1 freezer to make a member unkillable for a while");
+    };
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let mut guardian = undertaker()
+        .args(["run", "--tier", "pidns", "--grace", "300ms", "--owner"])
+        .arg(owner.id().to_string())
+        .args(["--", "sh", "-c", "sleep 1001 & wait"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut member = None;
+    assert!(wait_until(Duration::from_secs(20), || {
+        member = pid_by_cmdline(&["sleep", "1001"]);
+        member.is_some()
+    }));
+    freezer.freeze(member.unwrap());
+    kill9(&mut owner);
+    // grace 300 ms + the init's margin + the 5 s kill cap, with generous slack.
+    let status = wait_child(&mut guardian, Duration::from_secs(25));
+    let stuck_while_done = member.is_some_and(alive);
+    if status.is_none() {
+        kill9(&mut guardian);
+    }
+    drop(freezer);
+    assert!(
+        status.is_some(),
+        "guardian still waiting for a stuck member"
+    );
+    assert!(stuck_while_done, "the member was not stuck");
+    let mut err = String::new();
+    std::io::Read::read_to_string(guardian.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("stuck"), "not reported: {err}");
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// The hostile start: undertaker started under every odd inherited condition either
+// passes CMD's status through with 0 survivors, or refuses up front (2 or 125, one
+// line) without running CMD. Nothing in between.
+
+/// How one hostile start is staged.
+enum Stage {
+    /// Run through `perl -MPOSIX -e 'CODE; exec @ARGV'`.
+    Perl(&'static str),
+    /// Run through `sh -c 'CODE; exec "$@"'`.
+    Shell(&'static str),
+    /// Run directly, with these environment changes (None = remove).
+    Env(Vec<(&'static str, Option<PathBuf>)>),
+    /// stderr is a pipe whose read end is already closed (and SIGPIPE at default).
+    ClosedStderrPipe,
+}
+
+#[test]
+fn hostile_start_passes_the_status_through_or_refuses_up_front() {
+    if !isolate("hostile_start_passes_the_status_through_or_refuses_up_front") {
+        return;
+    }
+    let scratch = Scratch::new("start");
+    let link = scratch.path().join("link");
+    std::fs::create_dir(scratch.path().join("target")).unwrap();
+    std::os::unix::fs::symlink(scratch.path().join("target"), &link).unwrap();
+    let home_with_link = scratch.path().join("home");
+    std::fs::create_dir_all(home_with_link.join(".local/state")).unwrap();
+    std::os::unix::fs::symlink(&link, home_with_link.join(".local/state/undertaker")).unwrap();
+    let full = TinyFs::mount(&scratch.path().join("full"), "256k");
+    let read_only = TinyFs::mount(&scratch.path().join("ro"), "256k");
+    if let Some(fs) = &full {
+        let out = output_within(
+            undertaker()
+                .env("UNDERTAKER_STATE_DIR", fs.0.join("state"))
+                .args(["run", "--", "true"]),
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert!(out.status.success());
+        fs.fill();
+    }
+    if let Some(fs) = &read_only {
+        std::fs::create_dir(fs.0.join("state")).unwrap();
+        rustix::mount::mount_remount(&fs.0, rustix::mount::MountFlags::RDONLY, c"").unwrap();
+    }
+    let gone = scratch.path().join("gone");
+    let mut rows: Vec<(&str, Stage)> = vec![
+        ("SIGCHLD ignored", Stage::Perl("$SIG{CHLD} = 'IGNORE'")),
+        (
+            "every signal ignored",
+            Stage::Perl(
+                "$SIG{$_} = 'IGNORE' for grep { !/^(KILL|STOP|NUM3[23]|__.*)$/ } keys %SIG",
+            ),
+        ),
+        (
+            "every signal blocked",
+            Stage::Perl("sigprocmask(SIG_BLOCK, POSIX::SigSet->new(1..31, 34..64)) or die"),
+        ),
+        (
+            "SIGTERM ignored and blocked",
+            Stage::Perl(
+                "$SIG{TERM} = 'IGNORE'; sigprocmask(SIG_BLOCK, POSIX::SigSet->new(SIGTERM))",
+            ),
+        ),
+        (
+            "stdin, stdout and stderr closed",
+            Stage::Perl("close STDIN; close STDOUT; close STDERR"),
+        ),
+        ("stderr a pipe nobody reads", Stage::ClosedStderrPipe),
+        ("RLIMIT_NOFILE 12", Stage::Shell("ulimit -n 12")),
+        ("RLIMIT_NPROC 1", Stage::Shell("ulimit -u 1")),
+        ("umask 0777", Stage::Shell("umask 0777")),
+        (
+            "working directory deleted",
+            Stage::Shell("mkdir gone && cd gone && rmdir ../gone"),
+        ),
+        (
+            "no HOME and no state dir",
+            Stage::Env(vec![
+                ("HOME", None),
+                ("UNDERTAKER_STATE_DIR", None),
+                ("XDG_STATE_HOME", None),
+            ]),
+        ),
+        (
+            "unsafe default state dir (symlink)",
+            Stage::Env(vec![
+                ("HOME", Some(home_with_link.clone())),
+                ("UNDERTAKER_STATE_DIR", None),
+            ]),
+        ),
+        (
+            "unsafe explicit state dir (symlink)",
+            Stage::Env(vec![("UNDERTAKER_STATE_DIR", Some(link.clone()))]),
+        ),
+    ];
+    if let Some(fs) = &full {
+        rows.push((
+            "state dir on a full disk",
+            Stage::Env(vec![("UNDERTAKER_STATE_DIR", Some(fs.0.join("state")))]),
+        ));
+    }
+    if let Some(fs) = &read_only {
+        rows.push((
+            "read-only state dir",
+            Stage::Env(vec![("UNDERTAKER_STATE_DIR", Some(fs.0.join("state")))]),
+        ));
+    }
+    let _ = gone;
+    let mut report = Vec::new();
+    for (name, stage) in rows {
+        let ran = scratch.path().join("ran");
+        let _ = std::fs::remove_file(&ran);
+        let script = format!("touch {}; setsid sleep 1000 & exit 7", ran.display());
+        let args = ["run", "--grace", "300ms", "--", "sh", "-c", &script];
+        let mut cmd;
+        let mut stderr_readable = true;
+        match &stage {
+            Stage::Perl(code) => {
+                cmd = Command::new("perl");
+                cmd.args(["-MPOSIX", "-e", &format!("{code}; exec @ARGV or die")])
+                    .arg(UNDERTAKER)
+                    .args(args);
+                stderr_readable = !code.contains("STDERR");
+            }
+            Stage::Shell(code) => {
+                cmd = Command::new("sh");
+                cmd.current_dir(scratch.path())
+                    .args(["-c", &format!("{code}; exec \"$@\""), "sh"])
+                    .arg(UNDERTAKER)
+                    .args(args);
+            }
+            Stage::Env(changes) => {
+                cmd = Command::new(UNDERTAKER);
+                cmd.args(args);
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => cmd.env(k, v),
+                        None => cmd.env_remove(k),
+                    };
+                }
+            }
+            Stage::ClosedStderrPipe => {
+                cmd = Command::new("perl");
+                cmd.args(["-e", "$SIG{PIPE} = 'DEFAULT'; exec @ARGV or die"])
+                    .arg(UNDERTAKER)
+                    .args(args);
+                stderr_readable = false;
+            }
+        }
+        cmd.env_remove("UNDERTAKER_TREE").stdin(Stdio::null());
+        if !matches!(stage, Stage::Env(_)) {
+            with_test_state(&mut cmd);
+        } else {
+            cmd.env("HOME", test_home());
+            if let Stage::Env(changes) = &stage {
+                for (k, v) in changes {
+                    match v {
+                        Some(v) => cmd.env(k, v),
+                        None => cmd.env_remove(k),
+                    };
+                }
+            }
+        }
+        let out = if matches!(stage, Stage::ClosedStderrPipe) {
+            let (r, w) = inheritable_pipe();
+            drop(r);
+            let mut child = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(w))
+                .spawn()
+                .unwrap();
+            let status = wait_child(&mut child, Duration::from_secs(30));
+            if status.is_none() {
+                kill9(&mut child);
+            }
+            status.map(|status| Output {
+                status,
+                stdout: vec![],
+                stderr: vec![],
+            })
+        } else {
+            output_within(&mut cmd, Duration::from_secs(30))
+        };
+        let left = survivors_after(Duration::from_secs(10));
+        let Some(out) = out else {
+            panic!("{name}: undertaker hung");
+        };
+        let code = out.status.code();
+        let err = text(&out.stderr);
+        let ran = ran.exists();
+        let verdict = match (ran, code) {
+            (true, Some(7)) if left.is_empty() => Ok("status 7, 0 survivors".to_string()),
+            (false, Some(c @ (2 | 125)))
+                if left.is_empty() && (!stderr_readable || err.trim_end().lines().count() == 1) =>
+            {
+                Ok(format!("refused up front with {c}: {}", err.trim()))
+            }
+            _ => Err(format!(
+                "ran={ran} status={:?} survivors={} stderr={err:?}",
+                out.status,
+                left.len()
+            )),
+        };
+        eprintln!("hostile start | {name} | {verdict:?}");
+        report.push((name, verdict));
+        for (pid, _) in left {
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(pid).unwrap(),
+                rustix::process::Signal::KILL,
+            );
+        }
+        reap_zombies();
+    }
+    drop(full);
+    drop(read_only);
+    let failed: Vec<_> = report.iter().filter(|(_, v)| v.is_err()).collect();
+    assert!(failed.is_empty(), "hostile starts gone wrong: {failed:#?}");
+}

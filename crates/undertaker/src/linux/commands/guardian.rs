@@ -9,6 +9,7 @@
 use crate::identity::TreeId;
 use crate::linux::commands::record::Recorder;
 use crate::linux::contain::cgroup::{self, CgroupTree};
+use crate::linux::contain::dispositions::{self, OnSignal};
 use crate::linux::contain::owner::Owner;
 use crate::linux::contain::pidns;
 use crate::linux::contain::spawn::{
@@ -26,16 +27,6 @@ use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{Signal, WaitId, WaitIdOptions, WaitOptions};
 use std::time::{Duration, Instant};
-
-/// Signals forwarded to CMD unchanged (DESIGN §5).
-const FORWARDED: [i32; 6] = [
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGWINCH,
-];
 
 /// How long SIGKILLed members may take to disappear before they count as stuck.
 const KILL_CAP: Duration = Duration::from_secs(5);
@@ -106,7 +97,7 @@ impl Guardian {
         if self.root_status.is_some() {
             return;
         }
-        if let Some(sig) = Signal::from_named_raw(sig) {
+        if let Some(sig) = sys::any_signal(sig) {
             let _ = self.signaller.signal_own_child(self.root_fd.as_fd(), sig);
         }
     }
@@ -288,7 +279,7 @@ fn choose_tier(requested: Tier) -> Result<Chosen, RunError> {
 
 /// What one wake-up of the guardian's loop brought.
 struct Received {
-    /// SIGTERM arrived: tear the tree down.
+    /// SIGTERM (or another teardown signal) arrived: tear the tree down.
     terminate: bool,
     /// Signals to forward to CMD.
     forward: Vec<i32>,
@@ -321,10 +312,10 @@ fn wait_for_event(
         forward: Vec::new(),
     };
     for sig in signals.drain().unwrap_or_default() {
-        match sig {
-            libc::SIGCHLD => {}
-            libc::SIGTERM => got.terminate = true,
-            other => got.forward.push(other),
+        match dispositions::on_signal(sig) {
+            OnSignal::Reap => {}
+            OnSignal::Teardown => got.terminate = true,
+            OnSignal::Forward => got.forward.push(sig),
         }
     }
     Some(got)
@@ -332,6 +323,10 @@ fn wait_for_event(
 
 /// Runs CMD under guard and returns the exit status undertaker should exit with.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    // First, before anything can fork: no inherited disposition may drop a signal or
+    // auto-reap CMD, and no signal may end the guardian (see `dispositions`).
+    let signals =
+        dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     let procfs = Procfs::new();
     let mut owner = Owner::resolve(&opts.owner)?;
     let signaller = Signaller::for_current_process(procfs.clone())
@@ -349,11 +344,6 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
     }
-
-    let mut blocked: Vec<i32> = FORWARDED.to_vec();
-    blocked.extend([libc::SIGCHLD, libc::SIGTERM]);
-    let signals =
-        BlockedSignals::new(&blocked).map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
 
     let owner_record = owner.record(&opts.owner, &procfs);
     let mut recorder = Recorder::start(
@@ -568,7 +558,6 @@ fn run_pidns(
         tree,
         grace: opts.grace,
         nofile,
-        forwarded: &FORWARDED,
     };
     if opts.command.is_empty() {
         return Err(RunError::Usage("no command given".into()));
@@ -583,7 +572,7 @@ fn run_pidns(
             break Cause::Terminated;
         };
         // The init forwards these to CMD.
-        for sig in got.forward.into_iter().filter_map(Signal::from_named_raw) {
+        for sig in got.forward.into_iter().filter_map(sys::any_signal) {
             let _ = signaller.signal_own_child(init.pidfd.as_fd(), sig);
         }
         if got.terminate {
@@ -597,17 +586,27 @@ fn run_pidns(
         }
     };
     tracing::debug!(?cause, "tearing down tree {tree}");
+    // Every wait here is bounded. The init TERMs its namespace and exits within the
+    // grace period (at once when it finds nothing left); the margin covers its exit.
+    // An init that cannot finish exiting is waiting in the kernel for a member stuck
+    // in uninterruptible sleep: it is reported stuck, not awaited.
     if cause != Cause::CommandExited {
         let _ = signaller.signal_own_child(init.pidfd.as_fd(), Signal::TERM);
-        // The init bounds its own wait by the grace period; the margin covers its exit.
-        if !wait_exit(&init.pidfd, opts.grace + Duration::from_millis(500)) {
-            let _ = signaller.signal_own_child(init.pidfd.as_fd(), Signal::KILL);
-            if !wait_exit(&init.pidfd, KILL_CAP) {
-                tracing::warn!("namespace init {} still alive after SIGKILL", init.pid);
-            }
-        }
+    }
+    let mut exited = wait_exit(&init.pidfd, opts.grace + Duration::from_millis(500));
+    if !exited {
+        let _ = signaller.signal_own_child(init.pidfd.as_fd(), Signal::KILL);
+        exited = wait_exit(&init.pidfd, KILL_CAP);
     }
     sys::reclaim_foreground(signaller.me().pgrp);
+    if !exited {
+        tracing::warn!(
+            "tree {tree}: namespace init {} still alive {} s after SIGKILL: a member is stuck in the kernel",
+            init.pid,
+            KILL_CAP.as_secs()
+        );
+        return Ok(125);
+    }
     // The init's status is CMD's (or 128+N if the init itself was killed).
     Ok(pidns::wait_pidfd(&init.pidfd).unwrap_or(125))
 }

@@ -124,6 +124,31 @@ pub fn marker_scan(procfs: &Procfs, uid: u32) -> BTreeMap<String, Vec<(i32, u64)
     out
 }
 
+/// Live processes of a tree: those carrying its marker, and those in its cgroup
+/// (members that scrubbed their environment still count).
+fn live_count(ctx: &Context, id: &str, rec: Option<&TreeRecord>) -> usize {
+    let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
+    live_pids(id, rec, &markers).len()
+}
+
+/// [`live_count`]'s set, from a marker scan the caller already made.
+fn live_pids(
+    id: &str,
+    rec: Option<&TreeRecord>,
+    markers: &BTreeMap<String, Vec<(i32, u64)>>,
+) -> BTreeSet<i32> {
+    let mut pids: BTreeSet<i32> = markers
+        .get(id)
+        .map(|v| v.iter().map(|&(pid, _)| pid).collect())
+        .unwrap_or_default();
+    if let Some(path) = rec.and_then(|r| r.cgroup_path.as_deref()) {
+        if let Ok(cg) = cgroup::CgroupTree::open(Path::new(path)) {
+            pids.extend(cg.pids());
+        }
+    }
+    pids
+}
+
 /// One line of `undertaker ps`.
 #[derive(Debug, Clone, Serialize)]
 pub struct PsRow {
@@ -753,24 +778,35 @@ pub fn kill(
             uid: me.uid,
             pidfs_inode: r.guardian.pidfs_inode,
         };
+        let mut unresponsive = false;
         let refusal = match ctx.signaller.prove_by_snapshot(&expected) {
             Ok(guardian) => {
-                let event = match ctx
-                    .signaller
-                    .signal(&guardian, rustix::process::Signal::TERM)
-                {
-                    Ok(delivery) => crate::linux::proof::teardown::AuditEvent::Signal {
-                        target: guardian.identity.clone(),
-                        signal: "SIGTERM",
-                        proof: guardian.proof.clone(),
-                        delivery,
-                    },
-                    Err(r) => crate::linux::proof::teardown::AuditEvent::Refusal {
-                        pid: guardian.pid(),
-                        refusal: r,
-                    },
+                // A stopped guardian would hold SIGTERM pending forever: continue it
+                // too (a stopped guardian is not a finished tree).
+                let stopped = matches!(guardian.state, 'T' | 't');
+                let signals: &[(rustix::process::Signal, &'static str)] = if stopped {
+                    &[
+                        (rustix::process::Signal::TERM, "SIGTERM"),
+                        (rustix::process::Signal::CONT, "SIGCONT"),
+                    ]
+                } else {
+                    &[(rustix::process::Signal::TERM, "SIGTERM")]
                 };
-                let _ = ctx.registry.append_audit(&audit_entry(id, "kill", &event));
+                for &(sig, name) in signals {
+                    let event = match ctx.signaller.signal(&guardian, sig) {
+                        Ok(delivery) => crate::linux::proof::teardown::AuditEvent::Signal {
+                            target: guardian.identity.clone(),
+                            signal: name,
+                            proof: guardian.proof.clone(),
+                            delivery,
+                        },
+                        Err(r) => crate::linux::proof::teardown::AuditEvent::Refusal {
+                            pid: guardian.pid(),
+                            refusal: r,
+                        },
+                    };
+                    let _ = ctx.registry.append_audit(&audit_entry(id, "kill", &event));
+                }
                 // The guardian needs grace + its kill cap; give it generous slack.
                 let deadline = Instant::now() + grace + KILL_CAP + Duration::from_secs(10);
                 while !guardian.has_exited() && Instant::now() < deadline {
@@ -782,6 +818,7 @@ pub fn kill(
                     };
                     let _ = poll(&mut fds, Some(&ts));
                 }
+                unresponsive = !guardian.has_exited();
                 None
             }
             Err(NotProven::Gone) => None,
@@ -823,6 +860,22 @@ pub fn kill(
                     .map_or(0, Vec::len),
             });
         }
+        if unresponsive {
+            // Alive and holding its lock, so its tree is not ours to sweep: say so,
+            // with the true count, rather than claim success.
+            return Ok(TreeSweep {
+                id: id.into(),
+                label,
+                action: "guardian_unresponsive",
+                reason: format!(
+                    "the guardian (pid {}) did not finish within {} s of SIGTERM",
+                    expected.pid,
+                    (grace + KILL_CAP + Duration::from_secs(10)).as_secs()
+                ),
+                targets: vec![],
+                left_alive: live_count(ctx, id, now.as_ref().or(Some(r))),
+            });
+        }
         // The guardian died without finishing: fall through and sweep.
     }
     let rec_now = ctx.registry.tree(id)?;
@@ -842,7 +895,7 @@ pub fn kill(
             action: "left_alone",
             reason: "tree is finished or not ours".into(),
             targets: vec![],
-            left_alive: 0,
+            left_alive: live_count(ctx, id, rec_now.as_ref().or(rec)),
         }),
     }
 }

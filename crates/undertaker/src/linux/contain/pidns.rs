@@ -8,6 +8,7 @@
 //! with CLONE_NEWUSER it holds every capability of its new user namespace, which an
 //! exec as a non-root uid would drop before it could mount /proc.
 
+use super::dispositions::{on_signal, OnSignal};
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
@@ -34,8 +35,6 @@ pub struct InitSpec<'a> {
     pub grace: Duration,
     /// Soft RLIMIT_NOFILE to give back to CMD.
     pub nofile: Option<u64>,
-    /// Signals the init forwards to CMD unchanged.
-    pub forwarded: &'a [i32],
 }
 
 /// The guardian's handle on the namespace's init.
@@ -264,15 +263,15 @@ fn run_init(
         }
         let mut terminate = false;
         for sig in signals.drain().unwrap_or_default() {
-            match sig {
-                libc::SIGCHLD => {}
-                libc::SIGTERM => terminate = true,
-                other if spec.forwarded.contains(&other) && status.is_none() => {
-                    if let Some(sig) = Signal::from_named_raw(other) {
+            match on_signal(sig) {
+                OnSignal::Reap => {}
+                OnSignal::Teardown => terminate = true,
+                OnSignal::Forward if status.is_none() => {
+                    if let Some(sig) = sys::any_signal(sig) {
                         let _ = signaller.signal_own_child(cmd_fd.as_fd(), sig);
                     }
                 }
-                _ => {}
+                OnSignal::Forward => {}
             }
         }
         let none_left = reap_all(cmd_pid, &mut status);

@@ -187,6 +187,46 @@ impl Drop for BlockedSignals {
     }
 }
 
+/// The real-time signals programs may use (glibc keeps the first two or three).
+pub fn realtime_signals() -> (i32, i32) {
+    (libc::SIGRTMIN(), libc::SIGRTMAX())
+}
+
+/// Any valid signal number as a rustix `Signal`, real-time ones included (rustix
+/// names only the classic ones).
+pub fn any_signal(sig: i32) -> Option<rustix::process::Signal> {
+    let (rt_min, rt_max) = realtime_signals();
+    if let Some(named) = rustix::process::Signal::from_named_raw(sig) {
+        return Some(named);
+    }
+    // SAFETY: a real-time signal number in the range the C library reports free.
+    (rt_min..=rt_max)
+        .contains(&sig)
+        .then(|| unsafe { rustix::process::Signal::from_raw_unchecked(sig) })
+}
+
+/// Sets `sig` back to its default action if it is ignored (as inherited).
+pub fn reset_if_ignored(sig: i32) {
+    // SAFETY: sigaction with a null new action only reads; the second call installs
+    // SIG_DFL, which needs no handler memory.
+    unsafe {
+        let mut old = MaybeUninit::<libc::sigaction>::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), old.as_mut_ptr()) == 0
+            && old.assume_init().sa_sigaction == libc::SIG_IGN
+        {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
+}
+
+/// Ignores `sig` in this process (children get the default back in `prepare_child`).
+pub fn ignore(sig: i32) {
+    // SAFETY: installs SIG_IGN; no handler memory involved.
+    unsafe {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+}
+
 /// Runs in the forked child before exec. Restores the soft RLIMIT_NOFILE the guardian
 /// raised for itself (`nofile_soft`), and, when stdin is a terminal whose foreground
 /// group was the guardian's, hands the terminal to the child's new group so
@@ -245,7 +285,8 @@ pub fn reclaim_foreground(pgrp: i32) {
 ///   (DESIGN §3): the guardian is our own single-threaded process. The `getppid`
 ///   re-check catches a guardian that died before the prctl (returns ESRCH).
 /// - An empty signal mask: the guardian blocks the signals its signalfd reads, and a
-///   blocked SIGTERM would never reach CMD.
+///   blocked SIGTERM would never reach CMD. SIGPIPE and SIGXFSZ, which the guardian
+///   ignores, back at their default.
 /// - The soft RLIMIT_NOFILE the guardian raised for itself, restored.
 /// - The terminal handed to CMD's group when it was the guardian's (what tini does).
 fn prepare_child(
@@ -263,6 +304,9 @@ fn prepare_child(
         let mut none = MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigemptyset(none.as_mut_ptr());
         libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
+        // The guardian ignores these for its own writes; CMD gets the defaults.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
         if let Some(soft) = nofile_soft {
             let mut lim = MaybeUninit::<libc::rlimit>::uninit();
             if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {
