@@ -5,3 +5,4 @@ pub mod doctor;
 pub mod guardian;
 pub mod reconcile;
 pub mod record;
+pub mod tree;

@@ -13,8 +13,8 @@ use crate::ladder::Refusal;
 use crate::linux::commands::record::{audit_entry, open_registry};
 use crate::linux::contain::cgroup;
 use crate::linux::kernel::procfs::Procfs;
-use crate::linux::proof::signal::{NotProven, ProvenProcess, Signaller};
-use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
+use crate::linux::proof::signal::{Members, NotProven, ProvenProcess, Signaller};
+use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource, KILL_CAP};
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerRecord, Registry, RegistryError, StateDir,
@@ -25,9 +25,6 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// SIGKILLed members get this long to disappear before they count as stuck.
-const KILL_CAP: Duration = Duration::from_secs(5);
 
 /// Everything a reconciling command needs.
 pub struct Context {
@@ -279,17 +276,11 @@ impl MarkerSource<'_> {
 }
 
 impl TreeSource for MarkerSource<'_> {
-    fn members(&mut self, signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>) {
-        let mut proven = Vec::new();
-        let mut refused = Vec::new();
-        for pid in self.candidates() {
-            match signaller.prove_by_marker(pid, &self.tree, self.not_before) {
-                Ok(p) => proven.push(p),
-                Err(NotProven::Gone) => {}
-                Err(NotProven::Refused(r)) => refused.push((pid, r)),
-            }
-        }
-        (proven, refused)
+    fn members(&mut self, signaller: &Signaller) -> Members {
+        let (tree, not_before) = (self.tree.clone(), self.not_before);
+        Members::collect(self.candidates(), |pid| {
+            signaller.prove_by_marker(pid, &tree, not_before)
+        })
     }
 
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
@@ -484,9 +475,9 @@ fn sweep_tree(
             .to_string()
     };
     if dry_run {
-        let (members, refusals) = source.members(&ctx.signaller);
-        let mut targets = dry_run_targets(&members, &refusals);
-        let mut left_alive = members.len();
+        let members = source.members(&ctx.signaller);
+        let mut targets = dry_run_targets(&members);
+        let mut left_alive = members.proven.len();
         if let Some(cg) = cgroup_sweep {
             targets.extend(cg.targets);
             left_alive = left_alive.max(cg.left_alive);
@@ -512,10 +503,7 @@ fn sweep_tree(
         });
     };
     note(format!("{actor}: {reason}; tearing down by marker"));
-    let escalation = Escalation {
-        grace,
-        kill_cap: KILL_CAP,
-    };
+    let escalation = Escalation::with_grace(grace);
     let mut audit = |event: crate::linux::proof::teardown::AuditEvent| {
         if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
             tracing::warn!("audit log: {e}");
@@ -572,10 +560,10 @@ fn sweep_cgroup(
         return base;
     };
     if dry_run {
-        let (members, refusals) = tree.members(&ctx.signaller);
-        let targets = dry_run_targets(&members, &refusals);
+        let members = tree.members(&ctx.signaller);
+        let targets = dry_run_targets(&members);
         return TreeSweep {
-            left_alive: members.len(),
+            left_alive: members.proven.len(),
             targets,
             ..base
         };
@@ -586,14 +574,10 @@ fn sweep_cgroup(
             tracing::warn!("audit log: {e}");
         }
     };
-    let escalation = Escalation {
-        grace,
-        kill_cap: KILL_CAP,
-    };
-    let report =
-        cgroup::sweep_orphaned_cgroup_audited(&ctx.signaller, path, &escalation, &mut audit);
+    let escalation = Escalation::with_grace(grace);
+    let report = cgroup::sweep_orphaned_cgroup(&ctx.signaller, path, &escalation, &mut audit);
     let left_alive = match cgroup::CgroupTree::open(path) {
-        Ok(t) if t.is_populated() => t.members(&ctx.signaller).0.len().max(1),
+        Ok(t) if t.is_populated() => t.members(&ctx.signaller).proven.len().max(1),
         _ => 0,
     };
     TreeSweep {
@@ -643,8 +627,9 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
 }
 
 /// What a dry run reports: each proven member as "would_signal", then each refusal.
-fn dry_run_targets(members: &[ProvenProcess], refusals: &[(i32, Refusal)]) -> Vec<SweepTarget> {
+fn dry_run_targets(members: &Members) -> Vec<SweepTarget> {
     members
+        .proven
         .iter()
         .map(|p| SweepTarget {
             pid: p.pid(),
@@ -654,7 +639,12 @@ fn dry_run_targets(members: &[ProvenProcess], refusals: &[(i32, Refusal)]) -> Ve
             refusal_code: None,
             refusal: None,
         })
-        .chain(refusals.iter().map(|(pid, r)| refused_target(*pid, r)))
+        .chain(
+            members
+                .refused
+                .iter()
+                .map(|(pid, r)| refused_target(*pid, r)),
+        )
         .collect()
 }
 

@@ -12,11 +12,11 @@
 //! the guardian alive only when it is in the sweeper's own PID namespace.
 
 use crate::identity::TreeId;
-use crate::ladder::Refusal;
+use crate::linux::kernel::poll::poll_until;
 use crate::linux::kernel::procfs::{parse_cgroup_v2, Procfs};
-use crate::linux::proof::signal::{NotProven, ProvenProcess, Signaller};
+use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::{AuditEvent, Escalation, TeardownReport, TreeSource};
-use rustix::event::{poll, PollFd, PollFlags};
+use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use std::io;
@@ -296,17 +296,10 @@ impl CgroupTree {
     }
 
     /// Every live member, proven through a pidfd to be in this cgroup.
-    pub fn members(&self, signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>) {
-        let mut proven = Vec::new();
-        let mut refused = Vec::new();
-        for pid in self.pids() {
-            match signaller.prove_in_cgroup(pid, &self.path, self.id, &self.rel) {
-                Ok(p) => proven.push(p),
-                Err(NotProven::Gone) => {}
-                Err(NotProven::Refused(r)) => refused.push((pid, r)),
-            }
-        }
-        (proven, refused)
+    pub fn members(&self, signaller: &Signaller) -> Members {
+        Members::collect(self.pids(), |pid| {
+            signaller.prove_in_cgroup(pid, &self.path, self.id, &self.rel)
+        })
     }
 
     /// Writes "1" to cgroup.kill (Linux ≥ 5.14): the kernel SIGKILLs every member,
@@ -316,28 +309,14 @@ impl CgroupTree {
     }
 
     /// Blocks until cgroup.events changes, a watched pidfd exits, or `deadline`.
-    pub fn wait(&self, deadline: Instant, watch: &[&ProvenProcess], extra: Option<BorrowedFd<'_>>) {
+    pub fn wait(&self, deadline: Instant, watch: &[&ProvenProcess]) {
+        // Reading re-arms the POLLPRI notification.
         let _ = self.is_populated();
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        let timeout = deadline - now;
-        let ts = rustix::time::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: timeout.subsec_nanos() as i64,
-        };
         let events = self.events.as_fd();
-        let mut fds = vec![PollFd::new(&events, PollFlags::PRI)];
-        let extra_fd = extra;
-        if let Some(fd) = &extra_fd {
-            fds.push(PollFd::new(fd, PollFlags::IN));
-        }
         let pidfds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
-        for fd in &pidfds {
-            fds.push(PollFd::new(fd, PollFlags::IN));
-        }
-        let _ = poll(&mut fds, Some(&ts));
+        let mut fds = vec![PollFd::new(&events, PollFlags::PRI)];
+        fds.extend(pidfds.iter().map(|fd| PollFd::new(fd, PollFlags::IN)));
+        poll_until(&mut fds, Some(deadline));
     }
 
     /// Removes the (empty) cgroup. `populated 0` is reported before the kernel has
@@ -366,11 +345,11 @@ pub struct CgroupSource<'a> {
 }
 
 impl TreeSource for CgroupSource<'_> {
-    fn members(&mut self, signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>) {
+    fn members(&mut self, signaller: &Signaller) -> Members {
         self.tree.members(signaller)
     }
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
-        self.tree.wait(deadline, watch, None);
+        self.tree.wait(deadline, watch);
     }
     fn is_empty(&mut self) -> bool {
         !self.tree.is_populated()
@@ -381,24 +360,11 @@ impl TreeSource for CgroupSource<'_> {
 }
 
 /// Tears down the tree in the cgroup at `path` (whose guardian is dead) and removes the
-/// cgroup: TERM round through proven pidfds, grace, then cgroup.kill. Everything in
-/// the cgroup dies, including a descendant that scrubbed its environment and left its
-/// session: cgroup membership is inherited, not declared.
+/// cgroup: TERM round through proven pidfds, grace, then cgroup.kill, every signal and
+/// refusal passed to `audit`. Everything in the cgroup dies, including a descendant
+/// that scrubbed its environment and left its session: cgroup membership is
+/// inherited, not declared.
 pub fn sweep_orphaned_cgroup(
-    signaller: &Signaller,
-    path: &Path,
-    escalation: &Escalation,
-) -> TeardownReport {
-    sweep_orphaned_cgroup_audited(signaller, path, escalation, &mut |event| match &event {
-        AuditEvent::Signal { target, signal, .. } => {
-            tracing::debug!(pid = target.pid, signal, "signalled")
-        }
-        AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
-    })
-}
-
-/// [`sweep_orphaned_cgroup`] with every signal and refusal passed to `audit`.
-pub fn sweep_orphaned_cgroup_audited(
     signaller: &Signaller,
     path: &Path,
     escalation: &Escalation,

@@ -3,9 +3,9 @@
 //! the owner is gone (`--owner-fd N`, the Hermes trick). Never PDEATHSIG: it fires
 //! when the forking *thread* exits, which multi-threaded hosts do all the time.
 
+use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
-use crate::linux::proof::signal::pidfd_exited;
 use crate::registry::OwnerRecord;
 use crate::{OwnerSpec, RunError};
 use rustix::event::{PollFd, PollFlags};
@@ -71,7 +71,7 @@ impl Owner {
                 })?;
                 // Re-check after opening: if the parent died first we were reparented
                 // and would be watching a stranger.
-                if rustix::process::getppid() != Some(ppid) || pidfd_exited(fd.as_fd()) {
+                if rustix::process::getppid() != Some(ppid) || readable_now(fd.as_fd()) {
                     return Err(RunError::OwnerGone(format!(
                         "parent {}",
                         ppid.as_raw_nonzero()
@@ -87,7 +87,7 @@ impl Owner {
                     .ok_or_else(|| RunError::Usage(format!("invalid owner pid {pid}")))?;
                 let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
                     .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?;
-                if pidfd_exited(fd.as_fd()) {
+                if readable_now(fd.as_fd()) {
                     return Err(RunError::OwnerGone(format!("pid {pid}")));
                 }
                 Ok(Owner::Process { fd, pid })
@@ -123,7 +123,7 @@ impl Owner {
     pub(crate) fn gone(&mut self) -> bool {
         match self {
             Owner::None => false,
-            Owner::Process { fd, .. } => pidfd_exited(fd.as_fd()),
+            Owner::Process { fd, .. } => readable_now(fd.as_fd()),
             Owner::Pipe { fd } => {
                 let mut buf = [0u8; 4096];
                 loop {

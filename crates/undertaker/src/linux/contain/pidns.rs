@@ -10,10 +10,11 @@
 
 use super::dispositions::{on_signal, OnSignal};
 use crate::identity::{TreeId, TREE_MARKER};
+use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
 use crate::linux::kernel::wait_status;
-use crate::linux::proof::signal::{pidfd_exited, signal_whole_namespace, NamespaceInit, Signaller};
+use crate::linux::proof::signal::{signal_whole_namespace, NamespaceInit, Signaller};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::mount::{MountFlags, MountPropagationFlags};
@@ -42,7 +43,7 @@ pub struct NamespaceHandle {
     pub pid: i32,
     pub pidfd: OwnedFd,
     /// Held open while the guardian lives: the init treats end of file as our death.
-    _alive: OwnedFd,
+    pub alive: OwnedFd,
 }
 
 /// True when this process has exactly one thread, the condition for forking a copy
@@ -180,7 +181,7 @@ pub fn start(spec: &InitSpec<'_>, signals: &BlockedSignals) -> Result<NamespaceH
             Ok(NamespaceHandle {
                 pid,
                 pidfd,
-                _alive: alive_write,
+                alive: alive_write,
             })
         }
     }
@@ -206,7 +207,7 @@ fn run_init(
     // new namespace, so the check is the alive pipe: end of file = guardian gone.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
         .map_err(|e| (125, format!("PR_SET_PDEATHSIG: {e}")))?;
-    if pidfd_exited(alive.as_fd()) {
+    if readable_now(alive.as_fd()) {
         return Ok(125);
     }
     let init = NamespaceInit::after_fork_into_new_namespace()
@@ -256,7 +257,7 @@ fn run_init(
             PollFd::new(alive, PollFlags::IN),
         ];
         let _ = poll(&mut fds, ts.as_ref());
-        if pidfd_exited(alive.as_fd()) {
+        if readable_now(alive.as_fd()) {
             // The guardian is gone; PDEATHSIG is on its way. Leave now: our exit
             // kills the namespace.
             return Ok(status.unwrap_or(137));

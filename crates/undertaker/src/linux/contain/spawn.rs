@@ -5,25 +5,40 @@
 
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::linux::contain::cgroup::CgroupTree;
-use crate::linux::kernel::sys;
+use crate::linux::kernel::sys::{self, BlockedSignals};
+use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::process::{Pid, PidfdFlags};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
+/// What starting CMD needs besides the placement.
+pub struct Launch<'a> {
+    pub opts: &'a RunOptions,
+    pub tree: &'a TreeId,
+    pub signaller: &'a Signaller,
+    /// The soft RLIMIT_NOFILE CMD gets back.
+    pub nofile: Option<u64>,
+    /// The host's blocked signals (the namespace init restores the mask from them).
+    pub signals: &'a BlockedSignals,
+}
+
 /// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
 /// CLONE_INTO_CGROUP: then the child joins its cgroup through `join_fd` before exec).
 pub(crate) fn spawn_with_std(
-    opts: &RunOptions,
-    tree: &TreeId,
-    signaller: &Signaller,
-    nofile: Option<u64>,
-    cgroup_tree: &Option<CgroupTree>,
+    launch: &Launch<'_>,
+    cgroup_tree: Option<&CgroupTree>,
     join_fd: Option<OwnedFd>,
-) -> Result<(i32, OwnedFd), RunError> {
+) -> Result<PidRef, RunError> {
+    let Launch {
+        opts,
+        tree,
+        signaller,
+        nofile,
+        ..
+    } = *launch;
     let (program, args) = opts
         .command
         .split_first()
@@ -40,7 +55,7 @@ pub(crate) fn spawn_with_std(
         signaller.me().pid,
     );
     let child = cmd.spawn().map_err(|e| {
-        if let Some(cg) = &cgroup_tree {
+        if let Some(cg) = cgroup_tree {
             let _ = cg.remove(Duration::ZERO);
         }
         if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
@@ -52,13 +67,10 @@ pub(crate) fn spawn_with_std(
     drop(join_fd);
     let root_pid = child.id() as i32;
     // Nothing has reaped yet, so this pidfd is CMD's and nobody else's.
-    let root_fd = rustix::process::pidfd_open(
-        Pid::from_raw(root_pid).expect("spawned child has a positive pid"),
-        PidfdFlags::empty(),
-    )
-    .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
+    let root = PidRef::open(root_pid)
+        .map_err(|e| RunError::Setup(format!("pidfd_open({root_pid}): {e}")))?;
     drop(child);
-    Ok((root_pid, root_fd))
+    Ok(root)
 }
 
 /// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see

@@ -1,5 +1,6 @@
 //! Proof of identity and the one path every signal takes ([`signal`]), and escalation
 //! over a proven set ([`teardown`]). Builds only on [`crate::linux::kernel`].
 
+pub mod pidref;
 pub mod signal;
 pub mod teardown;

@@ -8,9 +8,9 @@
 
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::{self, LiveFacts, Refusal, SelfFacts};
+use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::{ProcError, Procfs};
 use crate::linux::kernel::sys;
-use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use serde::Serialize;
@@ -63,7 +63,7 @@ impl ProvenProcess {
 
     /// True once the process has exited (zombie or reaped): its pidfd polls readable.
     pub fn has_exited(&self) -> bool {
-        pidfd_exited(self.fd.as_fd())
+        readable_now(self.fd.as_fd())
     }
 }
 
@@ -80,6 +80,48 @@ impl From<Refusal> for NotProven {
     }
 }
 
+/// What one look at a tree found: every candidate either proven a member or refused
+/// with the reason. Candidates that were gone by the time they were looked at are in
+/// neither list.
+#[derive(Debug, Default)]
+pub struct Members {
+    pub proven: Vec<ProvenProcess>,
+    pub refused: Vec<(i32, Refusal)>,
+}
+
+impl Members {
+    /// Proves each of `pids` with `prove` and sorts the results.
+    pub fn collect(
+        pids: impl IntoIterator<Item = i32>,
+        mut prove: impl FnMut(i32) -> Result<ProvenProcess, NotProven>,
+    ) -> Self {
+        let mut members = Members::default();
+        for pid in pids {
+            members.add(pid, prove(pid));
+        }
+        members
+    }
+
+    /// Files one candidate's result: proven, refused, or (gone) dropped.
+    pub fn add(&mut self, pid: i32, result: Result<ProvenProcess, NotProven>) {
+        match result {
+            Ok(p) => self.proven.push(p),
+            Err(NotProven::Gone) => {}
+            Err(NotProven::Refused(r)) => self.refused.push((pid, r)),
+        }
+    }
+
+    /// Adds `other`'s members, skipping processes already proven here.
+    pub fn merge(&mut self, other: Members) {
+        for p in other.proven {
+            if !self.proven.iter().any(|q| q.pid() == p.pid()) {
+                self.proven.push(p);
+            }
+        }
+        self.refused.extend(other.refused);
+    }
+}
+
 /// Result of a delivery attempt that passed every check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -87,18 +129,6 @@ pub enum Delivery {
     Delivered,
     /// The pidfd's process had already exited: nobody received the signal.
     AlreadyGone,
-}
-
-pub fn pidfd_exited(fd: BorrowedFd<'_>) -> bool {
-    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-    let zero = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    match poll(&mut fds, Some(&zero)) {
-        Ok(n) => n > 0,
-        Err(_) => false,
-    }
 }
 
 /// A process whose pidfd was opened before its identity was read, not yet proven a
@@ -192,7 +222,7 @@ impl Signaller {
             ),
         };
         // Still alive after the reads: the /proc data described the pidfd's process.
-        if pidfd_exited(fd.as_fd()) {
+        if readable_now(fd.as_fd()) {
             return Err(NotProven::Gone);
         }
         let live = LiveFacts {
@@ -271,7 +301,7 @@ impl Signaller {
             }
             .into());
         }
-        if pidfd_exited(opened.fd.as_fd()) {
+        if readable_now(opened.fd.as_fd()) {
             return Err(NotProven::Gone);
         }
         Ok(opened.proven(Proof::Marker { tree: tree.clone() }))
@@ -334,7 +364,7 @@ impl Signaller {
             .into());
         }
         ladder::check_process(&self.me, &opened.live, None)?;
-        if !checked && pidfd_exited(opened.fd.as_fd()) {
+        if !checked && readable_now(opened.fd.as_fd()) {
             return Err(NotProven::Gone);
         }
         Ok(opened.proven(Proof::Cgroup {

@@ -4,7 +4,7 @@
 
 use crate::identity::Identity;
 use crate::ladder::Refusal;
-use crate::linux::proof::signal::{Delivery, NotProven, Proof, ProvenProcess, Signaller};
+use crate::linux::proof::signal::{Delivery, Members, Proof, ProvenProcess, Signaller};
 use rustix::process::Signal;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -65,7 +65,7 @@ impl TeardownReport {
 /// Where a tree's members come from and how to wait for them to change.
 pub trait TreeSource {
     /// Every live member, each proven afresh; refusals are returned beside them.
-    fn members(&mut self, signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>);
+    fn members(&mut self, signaller: &Signaller) -> Members;
     /// Blocks until a member may have exited, or `deadline`.
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]);
     /// True when no member is left.
@@ -114,9 +114,22 @@ fn live<'a>(
         .collect()
 }
 
+/// How long SIGKILLed members may take to disappear before they count as stuck.
+pub const KILL_CAP: Duration = Duration::from_secs(5);
+
 pub struct Escalation {
     pub grace: Duration,
     pub kill_cap: Duration,
+}
+
+impl Escalation {
+    /// `grace` between SIGTERM and SIGKILL, then the standard [`KILL_CAP`].
+    pub fn with_grace(grace: Duration) -> Self {
+        Self {
+            grace,
+            kill_cap: KILL_CAP,
+        }
+    }
 }
 
 /// Which round of the escalation is running.
@@ -254,7 +267,10 @@ impl Escalation {
             Phase::Term { struck_group } => (false, struck_group),
             Phase::Kill => (true, None),
         };
-        let (members, refusals) = source.members(signaller);
+        let Members {
+            proven: members,
+            refused: refusals,
+        } = source.members(signaller);
         for (pid, r) in refusals {
             if refused.insert(pid, r.clone()).is_none() {
                 audit(AuditEvent::Refusal { pid, refusal: r });
@@ -316,7 +332,7 @@ impl Escalation {
 ///
 /// The parent links come from one pass over /proc (many kernels lack
 /// `/proc/PID/task/TID/children`); each link is then re-proven through a pidfd.
-pub fn prove_descendants(signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32, Refusal)>) {
+pub fn prove_descendants(signaller: &Signaller) -> Members {
     let procfs = signaller.procfs();
     let mut children_of: HashMap<i32, Vec<i32>> = HashMap::new();
     for pid in procfs.pids().unwrap_or_default() {
@@ -324,26 +340,23 @@ pub fn prove_descendants(signaller: &Signaller) -> (Vec<ProvenProcess>, Vec<(i32
             children_of.entry(stat.ppid).or_default().push(pid);
         }
     }
-    let mut proven: Vec<ProvenProcess> = Vec::new();
-    let mut refused = Vec::new();
+    let mut found = Members::default();
     let me = signaller.me().pid;
     let mut frontier: Vec<Option<usize>> = vec![None];
     while let Some(parent_idx) = frontier.pop() {
-        let parent_pid = parent_idx.map_or(me, |i| proven[i].pid());
+        let parent_pid = parent_idx.map_or(me, |i| found.proven[i].pid());
         let Some(children) = children_of.remove(&parent_pid) else {
             continue;
         };
         for pid in children {
-            let parent = parent_idx.map(|i| &proven[i]);
-            match signaller.prove_child(parent, pid) {
-                Ok(p) => {
-                    proven.push(p);
-                    frontier.push(Some(proven.len() - 1));
-                }
-                Err(NotProven::Gone) => {}
-                Err(NotProven::Refused(r)) => refused.push((pid, r)),
+            let parent = parent_idx.map(|i| &found.proven[i]);
+            let before = found.proven.len();
+            let result = signaller.prove_child(parent, pid);
+            found.add(pid, result);
+            if found.proven.len() > before {
+                frontier.push(Some(before));
             }
         }
     }
-    (proven, refused)
+    found
 }
