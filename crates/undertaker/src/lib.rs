@@ -7,10 +7,13 @@
 
 pub mod duration;
 mod exit_status;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod identity;
 pub mod ladder;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod protocol;
 pub mod registry;
 
 use std::ffi::OsString;
