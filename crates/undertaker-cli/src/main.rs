@@ -24,28 +24,7 @@ macro_rules! errln {
 }
 
 mod printable;
-#[cfg(target_os = "linux")]
 mod reconcile;
-#[cfg(not(target_os = "linux"))]
-mod reconcile {
-    //! The registry commands need Linux process primitives for now.
-    fn unsupported() -> i32 {
-        errln!("undertaker: this command is not supported on this platform yet");
-        125
-    }
-    pub fn cmd_ps(_: super::PsArgs, _: Option<std::path::PathBuf>) -> i32 {
-        unsupported()
-    }
-    pub fn cmd_sweep(_: super::SweepArgs, _: Option<std::path::PathBuf>) -> i32 {
-        unsupported()
-    }
-    pub fn cmd_kill(_: super::KillArgs, _: Option<std::path::PathBuf>) -> i32 {
-        unsupported()
-    }
-    pub fn cmd_log(_: super::LogArgs, _: Option<std::path::PathBuf>) -> i32 {
-        unsupported()
-    }
-}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -310,31 +289,15 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     }
 }
 
-/// State dir health for `doctor`: (path, ok, detail). Opening the registry is the
-/// real test: it checks ownership, mode, symlinks and the database itself.
-#[cfg(target_os = "linux")]
-fn state_dir_health(state_dir: Option<&std::path::Path>) -> (String, bool, String) {
-    use undertaker::linux::commands::reconcile::Context;
-    let path = undertaker::registry::state_dir::resolve(state_dir)
-        .map(|(p, _)| p.display().to_string())
-        .unwrap_or_else(|_| "(none)".into());
-    match Context::open(state_dir) {
-        Ok(ctx) => match ctx.registry.trees(false) {
-            Ok(trees) => (
-                path,
-                true,
-                format!("registry ok, {} unfinished tree(s)", trees.len()),
-            ),
-            Err(e) => (path, false, e.to_string()),
-        },
-        Err(e) => (path, false, e.to_string()),
-    }
-}
-
-#[cfg(target_os = "linux")]
 fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
-    let report = undertaker::linux::commands::doctor::run();
-    let (sd_path, sd_ok, sd_detail) = state_dir_health(state_dir.as_deref());
+    let report = match undertaker::doctor(state_dir.as_deref()) {
+        Ok(r) => r,
+        Err(e) => {
+            errln!("undertaker: {}", printable::line(&e.to_string()));
+            return e.exit_code();
+        }
+    };
+    let sd = &report.state_dir;
     if json {
         let mut checks = serde_json::Map::new();
         for c in &report.checks {
@@ -355,7 +318,7 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
             "checks": checks,
             "tiers": tiers,
             "auto": report.auto.as_str(),
-            "state_dir": { "path": sd_path, "ok": sd_ok, "detail": sd_detail },
+            "state_dir": { "path": sd.path, "ok": sd.ok, "detail": sd.detail },
         });
         outln!("{out}");
         return 0;
@@ -379,8 +342,8 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
     rows.push(("tier auto".into(), "->", report.auto.as_str().into()));
     rows.push((
         "state dir".into(),
-        if sd_ok { "ok" } else { "error" },
-        format!("{sd_path}: {sd_detail}"),
+        if sd.ok { "ok" } else { "error" },
+        format!("{}: {}", sd.path, sd.detail),
     ));
     let header = ["check", "status", "detail"];
     let rows: Vec<Vec<String>> = rows
@@ -389,12 +352,6 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         .collect();
     printable::print_table(&header, &rows);
     0
-}
-
-#[cfg(not(target_os = "linux"))]
-fn cmd_doctor(_json: bool, _state_dir: Option<PathBuf>) -> i32 {
-    errln!("undertaker: doctor is not supported on this platform yet");
-    125
 }
 
 #[cfg(test)]

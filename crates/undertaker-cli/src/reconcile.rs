@@ -1,19 +1,14 @@
-//! `ps`, `sweep`, `kill` and `log`: thin printers over the library's reconcile module.
+//! `ps`, `sweep`, `kill` and `log`: printers over the library's commands.
 
 use crate::printable::{self, print_table};
 use crate::{KillArgs, LogArgs, PsArgs, SweepArgs};
 use std::path::PathBuf;
-use undertaker::linux::commands::reconcile::{self, Context, KillError, TreeSweep};
-use undertaker::registry::RegistryError;
+use undertaker::report::TreeSweep;
 
-fn open(state_dir: Option<PathBuf>) -> Result<Context, i32> {
-    Context::open(state_dir.as_deref()).map_err(|e| {
-        errln!("undertaker: {}", printable::line(&e.to_string()));
-        match e {
-            RegistryError::UnsafeStateDir { .. } | RegistryError::NoStateDir => 2,
-            _ => 1,
-        }
-    })
+/// Reports a failed command; its exit status.
+fn failed(e: &undertaker::Error) -> i32 {
+    errln!("undertaker: {}", printable::line(&e.to_string()));
+    e.exit_code()
 }
 
 fn print_json(v: &impl serde::Serialize) {
@@ -55,16 +50,9 @@ fn age(ms: Option<i64>) -> String {
 }
 
 pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
-    let ctx = match open(state_dir) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let rows = match reconcile::ps(&ctx, args.all) {
+    let rows = match undertaker::ps(state_dir.as_deref(), args.all) {
         Ok(r) => r,
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            return 1;
-        }
+        Err(e) => return failed(&e),
     };
     print_listing(
         &rows,
@@ -76,7 +64,7 @@ pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
             vec![
                 r.id.clone(),
                 opt(r.label.clone()),
-                opt(r.tier.clone()),
+                opt(r.tier),
                 opt(r.guardian_pid),
                 opt(r.owner_pid),
                 opt(r.root_pid),
@@ -122,16 +110,9 @@ fn print_tree_sweep(t: &TreeSweep) {
 }
 
 pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
-    let ctx = match open(state_dir) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let report = match reconcile::sweep(&ctx, args.dry_run, args.grace) {
+    let report = match undertaker::sweep(state_dir.as_deref(), args.dry_run, args.grace) {
         Ok(r) => r,
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            return 1;
-        }
+        Err(e) => return failed(&e),
     };
     if args.json {
         print_json(&report);
@@ -150,38 +131,20 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
             report.left_alive
         );
     }
-    i32::from(report.left_alive > 0)
+    report.exit_code()
 }
 
 pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
-    let ctx = match open(state_dir) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let (id, rec) = match reconcile::resolve_tree(&ctx, &args.tree) {
-        Ok(x) => x,
-        Err(e @ (KillError::BadId(_) | KillError::Unknown(_) | KillError::Ambiguous(..))) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            return 2;
-        }
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            return 1;
-        }
-    };
-    match reconcile::kill(&ctx, &id, rec.as_ref(), args.grace) {
+    match undertaker::kill(state_dir.as_deref(), &args.tree, args.grace) {
         Ok(t) => {
             if args.json {
                 print_json(&t);
             } else {
                 print_tree_sweep(&t);
             }
-            i32::from(t.left_alive > 0 || matches!(t.action, "refused" | "guardian_unresponsive"))
+            t.exit_code()
         }
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            1
-        }
+        Err(e) => failed(&e),
     }
 }
 
@@ -208,60 +171,9 @@ fn utc(ms: i64) -> String {
 }
 
 pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
-    let ctx = match open(state_dir) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let entries = match ctx.registry.audit(None) {
+    let entries = match undertaker::log(state_dir.as_deref(), args.tree.as_deref()) {
         Ok(e) => e,
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            return 1;
-        }
-    };
-    let entries = match &args.tree {
-        None => entries,
-        Some(prefix) => {
-            let valid = prefix.len() >= 4
-                && prefix
-                    .bytes()
-                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-            let ids: std::collections::BTreeSet<&str> = entries
-                .iter()
-                .filter_map(|e| e.tree.as_deref())
-                .filter(|t| t.starts_with(prefix.as_str()))
-                .collect();
-            match (valid, ids.len()) {
-                (false, _) => {
-                    errln!("undertaker: {prefix:?} is not a tree id (give at least 4 hex digits of one)");
-                    return 2;
-                }
-                (true, 0) => {
-                    // A recorded tree with nothing logged yet is not an error.
-                    if reconcile::resolve_tree(&ctx, prefix).is_ok() {
-                        vec![]
-                    } else {
-                        errln!("undertaker: no tree with id {prefix}");
-                        return 2;
-                    }
-                }
-                (true, 1) => {
-                    let id = ids.into_iter().next().unwrap_or_default().to_owned();
-                    entries
-                        .into_iter()
-                        .filter(|e| e.tree.as_deref() == Some(id.as_str()))
-                        .collect()
-                }
-                (true, _) => {
-                    let list: Vec<&str> = ids.into_iter().collect();
-                    errln!(
-                        "undertaker: {prefix} matches several trees: {}",
-                        list.join(", ")
-                    );
-                    return 2;
-                }
-            }
-        }
+        Err(e) => return failed(&e),
     };
     print_listing(
         &entries,

@@ -148,7 +148,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
         id: "ab".repeat(16),
         boot_id: boot_id(),
         label: Some(long.clone()),
-        tier: "subreaper".into(),
+        tier: RecordedTier::Subreaper,
         state: StoredState::Finished,
         guardian: GuardianRecord {
             pid: 999_999,
@@ -158,7 +158,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
         },
         root: None,
         owner: OwnerRecord {
-            kind: "parent".into(),
+            kind: OwnerKind::Parent,
             pid: None,
             starttime: None,
         },

@@ -5,6 +5,7 @@
 //! in [`linux`]; everything else builds on any platform.
 #![deny(unsafe_code)]
 
+mod api;
 pub mod duration;
 mod exit_status;
 #[doc(hidden)]
@@ -15,6 +16,10 @@ pub mod ladder;
 pub mod linux;
 pub mod protocol;
 pub mod registry;
+pub mod report;
+pub mod selector;
+
+pub use api::{doctor, kill, log, ps, run, sweep};
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -102,15 +107,29 @@ impl RunError {
     }
 }
 
-/// Runs `opts.command` under guard; returns the status undertaker should exit with.
-pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
-    #[cfg(target_os = "linux")]
-    {
-        linux::commands::guardian::run(opts)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = opts;
-        Err(RunError::Unsupported)
+/// Why `ps`, `sweep`, `kill`, `log` or `doctor` failed. Each maps to an exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Registry(#[from] registry::RegistryError),
+    #[error(transparent)]
+    Select(#[from] selector::SelectError),
+    #[error("this command is not supported on this platform yet")]
+    Unsupported,
+}
+
+impl Error {
+    /// Exit status: 2 for what the user can fix in the command line (a bad or unknown
+    /// tree, an unusable state directory), 125 where the platform cannot, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        use registry::RegistryError;
+        match self {
+            Error::Select(_)
+            | Error::Registry(RegistryError::UnsafeStateDir { .. } | RegistryError::NoStateDir) => {
+                2
+            }
+            Error::Registry(_) => 1,
+            Error::Unsupported => 125,
+        }
     }
 }

@@ -70,10 +70,86 @@ pub struct RootRecord {
     pub uid: u32,
 }
 
+/// How a tree's owner was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerKind {
+    /// undertaker's parent (the default).
+    Parent,
+    /// `--owner PID`.
+    Pid,
+    /// `--owner-fd N`.
+    Fd,
+    /// No owner: the guardian is PID 1 of a namespace.
+    None,
+    /// Not recorded (a tree known only from its lock file).
+    Unknown,
+}
+
+crate::report::names!(OwnerKind {
+    Parent => "parent",
+    Pid => "pid",
+    Fd => "fd",
+    None => "none",
+    Unknown => "unknown",
+});
+
+impl OwnerKind {
+    fn parse(s: &str) -> Self {
+        match s {
+            "parent" => OwnerKind::Parent,
+            "pid" => OwnerKind::Pid,
+            "fd" => OwnerKind::Fd,
+            "none" => OwnerKind::None,
+            _ => OwnerKind::Unknown,
+        }
+    }
+}
+
+/// The containment a tree got, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordedTier {
+    Cgroup,
+    Pidns,
+    Subreaper,
+    /// Not recorded (a tree known only from its lock file).
+    Unknown,
+}
+
+crate::report::names!(RecordedTier {
+    Cgroup => "cgroup",
+    Pidns => "pidns",
+    Subreaper => "subreaper",
+    Unknown => "unknown",
+});
+
+impl RecordedTier {
+    fn parse(s: &str) -> Self {
+        match s {
+            "cgroup" => RecordedTier::Cgroup,
+            "pidns" => RecordedTier::Pidns,
+            "subreaper" => RecordedTier::Subreaper,
+            _ => RecordedTier::Unknown,
+        }
+    }
+}
+
+impl From<crate::Tier> for RecordedTier {
+    fn from(tier: crate::Tier) -> Self {
+        match tier {
+            crate::Tier::Cgroup => RecordedTier::Cgroup,
+            crate::Tier::Pidns => RecordedTier::Pidns,
+            crate::Tier::Subreaper => RecordedTier::Subreaper,
+            // A request, never a recorded choice.
+            crate::Tier::Auto => RecordedTier::Unknown,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OwnerRecord {
-    /// `pid`, `fd`, `parent` or `none`.
-    pub kind: String,
+    pub kind: OwnerKind,
     pub pid: Option<i32>,
     pub starttime: Option<u64>,
 }
@@ -83,7 +159,7 @@ pub struct TreeRecord {
     pub id: String,
     pub boot_id: String,
     pub label: Option<String>,
-    pub tier: String,
+    pub tier: RecordedTier,
     pub state: StoredState,
     pub guardian: GuardianRecord,
     pub root: Option<RootRecord>,
@@ -430,7 +506,7 @@ impl Registry {
                     t.id,
                     t.boot_id,
                     t.label,
-                    t.tier,
+                    t.tier.as_str(),
                     t.state.as_str(),
                     t.guardian.pid,
                     t.guardian.starttime as i64,
@@ -441,7 +517,7 @@ impl Registry {
                     t.root.as_ref().map(|r| r.pgid),
                     t.root.as_ref().map(|r| r.sid),
                     t.root.as_ref().map(|r| r.uid),
-                    t.owner.kind,
+                    t.owner.kind.as_str(),
                     t.owner.pid,
                     t.owner.starttime.map(|v| v as i64),
                     t.cgroup_path,
@@ -627,7 +703,7 @@ fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord> {
         id: r.get("id")?,
         boot_id: r.get("boot_id")?,
         label: r.get("label")?,
-        tier: r.get("tier")?,
+        tier: RecordedTier::parse(&r.get::<_, String>("tier")?),
         state: StoredState::parse(&r.get::<_, String>("state")?),
         guardian: GuardianRecord {
             pid: r.get("guardian_pid")?,
@@ -639,7 +715,7 @@ fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord> {
         },
         root,
         owner: OwnerRecord {
-            kind: r.get("owner_kind")?,
+            kind: OwnerKind::parse(&r.get::<_, String>("owner_kind")?),
             pid: r.get("owner_pid")?,
             starttime: r
                 .get::<_, Option<i64>>("owner_starttime")?

@@ -25,7 +25,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
         id: id.into(),
         boot_id: boot.into(),
         label: Some("lbl".into()),
-        tier: "subreaper".into(),
+        tier: RecordedTier::Subreaper,
         state: StoredState::Running,
         guardian: GuardianRecord {
             pid: 10,
@@ -35,7 +35,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
         },
         root: None,
         owner: OwnerRecord {
-            kind: "parent".into(),
+            kind: OwnerKind::Parent,
             pid: Some(9),
             starttime: Some(5),
         },

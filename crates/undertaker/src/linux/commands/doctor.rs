@@ -4,41 +4,20 @@
 //! created and removed, a namespace created in a short-lived child), never a guess
 //! from the kernel version.
 
+use crate::linux::commands::reconcile::Context;
 use crate::linux::contain::cgroup;
+use crate::linux::contain::containment::Containment;
 use crate::linux::contain::pidns;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
 use crate::linux::proof::signal::Signaller;
+use crate::registry::state_dir;
+use crate::report::{Check, DoctorReport, StateDirCheck, TierCheck};
 use crate::Tier;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::process::{PidfdFlags, Signal};
-use serde::Serialize;
 use std::os::unix::process::CommandExt;
-
-/// One probed mechanism. `name` values are stable (docs/CLI-JSON-doctor.md).
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    pub name: &'static str,
-    pub ok: bool,
-    pub detail: String,
-}
-
-/// Whether a tier can guard a tree here.
-#[derive(Debug, Clone, Serialize)]
-pub struct TierCheck {
-    pub tier: Tier,
-    pub available: bool,
-    pub detail: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct DoctorReport {
-    pub kernel: String,
-    pub checks: Vec<Check>,
-    pub tiers: Vec<TierCheck>,
-    /// What `--tier auto` picks.
-    pub auto: Tier,
-}
+use std::path::Path;
 
 fn check(name: &'static str, result: Result<String, String>) -> Check {
     match result {
@@ -116,8 +95,29 @@ fn probe_cgroup() -> Result<String, String> {
     ))
 }
 
+/// The state directory's health. Opening the registry is the real test: it checks
+/// ownership, mode, symlinks and the database itself.
+fn state_dir_check(state_dir: Option<&Path>) -> StateDirCheck {
+    let path = state_dir::resolve(state_dir)
+        .map(|(p, _)| p.display().to_string())
+        .unwrap_or_else(|_| "(none)".into());
+    let health = Context::open(state_dir).and_then(|ctx| ctx.registry.trees(false));
+    match health {
+        Ok(trees) => StateDirCheck {
+            path,
+            ok: true,
+            detail: format!("registry ok, {} unfinished tree(s)", trees.len()),
+        },
+        Err(e) => StateDirCheck {
+            path,
+            ok: false,
+            detail: e.to_string(),
+        },
+    }
+}
+
 /// Runs every probe. Creates and removes a probe cgroup and briefly forks children.
-pub fn run() -> DoctorReport {
+pub fn run(state_dir: Option<&Path>) -> DoctorReport {
     let kernel = rustix::system::uname()
         .release()
         .to_string_lossy()
@@ -188,7 +188,6 @@ pub fn run() -> DoctorReport {
         .map(|()| "PR_SET_CHILD_SUBREAPER works".to_string())
         .map_err(|e| format!("PR_SET_CHILD_SUBREAPER failed: {e}"));
     checks.push(check("subreaper", subreaper.clone()));
-    // STATE DIR HEALTH: the lead adds a "state_dir" check here once the registry lands.
 
     let tier = |tier, r: &Result<String, String>| TierCheck {
         tier,
@@ -202,15 +201,13 @@ pub fn run() -> DoctorReport {
         tier(Tier::Pidns, &namespaces),
         tier(Tier::Subreaper, &subreaper),
     ];
-    let auto = if cgroup.is_ok() {
-        Tier::Cgroup
-    } else {
-        Tier::Subreaper
-    };
+    // The very choice `run` makes.
+    let auto = Containment::choose(Tier::Auto).map_or(Tier::Subreaper, |c| c.tier());
     DoctorReport {
         kernel,
         checks,
         tiers,
         auto,
+        state_dir: state_dir_check(state_dir),
     }
 }

@@ -17,11 +17,15 @@ use crate::linux::proof::signal::{Members, NotProven, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource, KILL_CAP};
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
-    now_ms, AuditEntry, GuardianRecord, OwnerRecord, Registry, RegistryError, StateDir,
-    StoredState, TreeRecord,
+    now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, Registry,
+    RegistryError, StateDir, StoredState, TreeRecord,
 };
+use crate::report::{
+    PsRow, SweepAction, SweepReport, SweepTarget, TargetOutcome, TreeState, TreeSweep,
+};
+use crate::selector::{SelectError, TreeSelector};
+use crate::Error;
 use rustix::event::{poll, PollFd, PollFlags};
-use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -146,28 +150,6 @@ fn live_pids(
     pids
 }
 
-/// One line of `undertaker ps`.
-#[derive(Debug, Clone, Serialize)]
-pub struct PsRow {
-    pub id: String,
-    pub label: Option<String>,
-    pub tier: Option<String>,
-    /// `running`, `orphaned`, `reaping` or `finished`.
-    pub state: &'static str,
-    pub guardian_pid: Option<i32>,
-    pub guardian_alive: bool,
-    pub owner_kind: Option<String>,
-    pub owner_pid: Option<i32>,
-    pub root_pid: Option<i32>,
-    pub live_processes: usize,
-    pub created_ms: Option<i64>,
-    pub age_ms: Option<i64>,
-    pub exit_status: Option<i32>,
-    /// False for a tree known only from its lock file and marked processes (its
-    /// record was lost, e.g. with a corrupt database).
-    pub recorded: bool,
-}
-
 pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
     let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
     let rows = ctx.registry.trees(true)?;
@@ -186,15 +168,20 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
             guardian_state(ctx, &r.id, Some(r))
         };
         let guardian_alive = matches!(guardian, GuardianState::Alive);
-        let state = derived_state(r, guardian_alive, owner_alive(ctx.procfs(), &r.owner), live);
+        let state = TreeState::derive(
+            r.state,
+            guardian_alive,
+            owner_alive(ctx.procfs(), &r.owner),
+            live,
+        );
         out.push(PsRow {
             id: r.id.clone(),
             label: r.label.clone(),
-            tier: Some(r.tier.clone()),
+            tier: Some(r.tier),
             state,
             guardian_pid: Some(r.guardian.pid),
             guardian_alive,
-            owner_kind: Some(r.owner.kind.clone()),
+            owner_kind: Some(r.owner.kind),
             owner_pid: r.owner.pid,
             root_pid: r.root.as_ref().map(|x| x.pid),
             live_processes: live,
@@ -210,10 +197,12 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
         }
         let (state, guardian_alive, info) = match guardian_state(ctx, id, None) {
             GuardianState::Unknown => continue,
-            GuardianState::Alive => ("running", true, None),
-            GuardianState::Dead(mut lock) => {
-                ("orphaned", false, lock.as_mut().and_then(|l| l.info()))
-            }
+            GuardianState::Alive => (TreeState::Running, true, None),
+            GuardianState::Dead(mut lock) => (
+                TreeState::Orphaned,
+                false,
+                lock.as_mut().and_then(|l| l.info()),
+            ),
         };
         out.push(PsRow {
             id: id.clone(),
@@ -233,22 +222,6 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
         });
     }
     Ok(out)
-}
-
-fn derived_state(
-    r: &TreeRecord,
-    guardian_alive: bool,
-    owner: Option<bool>,
-    live: usize,
-) -> &'static str {
-    match r.state {
-        // A finished tree with marked processes left means teardown left them stuck
-        // or its guardian was killed after marking: they still need a sweep.
-        StoredState::Finished if live == 0 || guardian_alive => "finished",
-        _ if !guardian_alive => "orphaned",
-        _ if owner == Some(false) => "orphaned",
-        s => s.as_str(),
-    }
 }
 
 /// Members of a tree whose guardian is gone: marked processes, proven one by one.
@@ -304,39 +277,6 @@ impl TreeSource for MarkerSource<'_> {
     fn is_empty(&mut self) -> bool {
         self.candidates().is_empty()
     }
-}
-
-/// What `sweep` or `kill` did to one tree.
-#[derive(Debug, Clone, Serialize)]
-pub struct TreeSweep {
-    pub id: String,
-    pub label: Option<String>,
-    /// `swept`, `would_sweep` (dry run), `left_alone` (guardian alive), `refused`,
-    /// `guardian_terminated` (kill of a live guardian).
-    pub action: &'static str,
-    pub reason: String,
-    pub targets: Vec<SweepTarget>,
-    /// Marked processes of the tree still alive afterwards.
-    pub left_alive: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepTarget {
-    pub pid: i32,
-    pub starttime: u64,
-    /// `gone`, `killed`, `stuck`, `refused`, or `would_signal` in a dry run.
-    pub outcome: String,
-    pub proof: Option<String>,
-    pub refusal_code: Option<String>,
-    pub refusal: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct SweepReport {
-    pub dry_run: bool,
-    pub trees: Vec<TreeSweep>,
-    /// Guarded processes of swept trees still alive: 0 means success.
-    pub left_alive: usize,
 }
 
 /// Reconciles every tree: finishes those whose guardian died.
@@ -415,7 +355,7 @@ fn sweep_tree(
             return Ok(Some(TreeSweep {
                 id: id.into(),
                 label,
-                action: "left_alone",
+                action: SweepAction::LeftAlone,
                 reason: "owner is gone but the guardian is alive and tears the tree down itself"
                     .into(),
                 targets: vec![],
@@ -438,7 +378,7 @@ fn sweep_tree(
         return Ok(Some(TreeSweep {
             id: id.into(),
             label,
-            action: "refused",
+            action: SweepAction::Refused,
             reason: "no record of when the guardian started: membership cannot be proven".into(),
             targets: vec![],
             left_alive: match scanned {
@@ -485,7 +425,7 @@ fn sweep_tree(
         return Ok(Some(TreeSweep {
             id: id.into(),
             label,
-            action: "would_sweep",
+            action: SweepAction::WouldSweep,
             reason,
             left_alive,
             targets,
@@ -531,7 +471,7 @@ fn sweep_tree(
     Ok(Some(TreeSweep {
         id: id.into(),
         label,
-        action: "swept",
+        action: SweepAction::Swept,
         reason,
         targets,
         left_alive,
@@ -551,7 +491,11 @@ fn sweep_cgroup(
     let base = TreeSweep {
         id: id.into(),
         label: None,
-        action: if dry_run { "would_sweep" } else { "swept" },
+        action: if dry_run {
+            SweepAction::WouldSweep
+        } else {
+            SweepAction::Swept
+        },
         reason: "guardian is gone".into(),
         targets: vec![],
         left_alive: 0,
@@ -597,7 +541,7 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
                 id: id.into(),
                 boot_id: info.boot_id.clone(),
                 label: None,
-                tier: "unknown".into(),
+                tier: RecordedTier::Unknown,
                 state: StoredState::Finished,
                 guardian: GuardianRecord {
                     pid: info.guardian_pid,
@@ -607,7 +551,7 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
                 },
                 root: None,
                 owner: OwnerRecord {
-                    kind: "unknown".into(),
+                    kind: OwnerKind::Unknown,
                     pid: None,
                     starttime: None,
                 },
@@ -634,7 +578,7 @@ fn dry_run_targets(members: &Members) -> Vec<SweepTarget> {
         .map(|p| SweepTarget {
             pid: p.pid(),
             starttime: p.identity.starttime,
-            outcome: "would_signal".into(),
+            outcome: TargetOutcome::WouldSignal,
             proof: Some(p.proof.label().into()),
             refusal_code: None,
             refusal: None,
@@ -652,7 +596,7 @@ fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {
     SweepTarget {
         pid,
         starttime: 0,
-        outcome: "refused".into(),
+        outcome: TargetOutcome::Refused,
         proof: None,
         refusal_code: Some(r.code().into()),
         refusal: Some(r.to_string()),
@@ -669,12 +613,11 @@ fn targets_of(report: &TeardownReport) -> Vec<SweepTarget> {
                 pid: t.pid,
                 starttime: t.starttime,
                 outcome: match t.outcome {
-                    Outcome::Gone => "gone",
-                    Outcome::Killed => "killed",
-                    Outcome::Stuck => "stuck",
-                    Outcome::Refused => "refused",
-                }
-                .into(),
+                    Outcome::Gone => TargetOutcome::Gone,
+                    Outcome::Killed => TargetOutcome::Killed,
+                    Outcome::Stuck => TargetOutcome::Stuck,
+                    Outcome::Refused => TargetOutcome::Refused,
+                },
                 proof: t.proof.as_ref().map(|p| p.label().into()),
                 refusal_code: None,
                 refusal: None,
@@ -683,35 +626,14 @@ fn targets_of(report: &TeardownReport) -> Vec<SweepTarget> {
         .collect()
 }
 
-/// Why `kill` could not pick a tree.
-#[derive(Debug, thiserror::Error)]
-pub enum KillError {
-    #[error("{0:?} is not a tree id (give at least 4 hex digits of one)")]
-    BadId(String),
-    #[error("no tree with id {0}")]
-    Unknown(String),
-    #[error("{0} matches several trees: {1}")]
-    Ambiguous(String, String),
-    #[error(transparent)]
-    Registry(#[from] RegistryError),
-}
-
-/// Finds the tree `prefix` names among recorded trees and unrecorded lock files.
+/// Finds the tree `selector` names among recorded trees and unrecorded lock files.
 pub fn resolve_tree(
     ctx: &Context,
-    prefix: &str,
-) -> Result<(String, Option<TreeRecord>), KillError> {
-    if prefix.len() < 4
-        || prefix.len() > TreeId::LEN
-        || !prefix
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    {
-        return Err(KillError::BadId(prefix.into()));
-    }
+    selector: &TreeSelector,
+) -> Result<(String, Option<TreeRecord>), Error> {
     let mut found: BTreeMap<String, Option<TreeRecord>> = ctx
         .registry
-        .trees_by_prefix(prefix)?
+        .trees_by_prefix(selector.as_str())?
         .into_iter()
         .map(|r| (r.id.clone(), Some(r)))
         .collect();
@@ -719,20 +641,39 @@ pub fn resolve_tree(
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if let Some(id) = name.strip_suffix(".lock") {
-                if id.starts_with(prefix) && TreeId::parse(id).is_some() {
+                if TreeId::parse(id).is_some() {
                     found.entry(id.to_owned()).or_insert(None);
                 }
             }
         }
     }
-    match found.len() {
-        0 => Err(KillError::Unknown(prefix.into())),
-        1 => Ok(found.into_iter().next().expect("one entry")),
-        _ => Err(KillError::Ambiguous(
-            prefix.into(),
-            found.keys().cloned().collect::<Vec<_>>().join(", "),
-        )),
-    }
+    let id = selector.pick(found.keys().map(String::as_str))?.to_owned();
+    let rec = found.remove(&id).flatten();
+    Ok((id, rec))
+}
+
+/// The audit log, oldest first; with a selector, only that tree's entries. A tree
+/// that is recorded but has nothing logged yet gives an empty log, not an error.
+pub fn log(ctx: &Context, tree: Option<&TreeSelector>) -> Result<Vec<AuditEntry>, Error> {
+    let entries = ctx.registry.audit(None)?;
+    let Some(selector) = tree else {
+        return Ok(entries);
+    };
+    let ids: BTreeSet<&str> = entries.iter().filter_map(|e| e.tree.as_deref()).collect();
+    let id = match selector.pick(ids) {
+        Ok(id) => id.to_owned(),
+        Err(SelectError::Unknown(_)) => {
+            return match resolve_tree(ctx, selector) {
+                Ok(_) => Ok(Vec::new()),
+                Err(_) => Err(SelectError::Unknown(selector.as_str().into()).into()),
+            };
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(entries
+        .into_iter()
+        .filter(|e| e.tree.as_deref() == Some(id.as_str()))
+        .collect())
 }
 
 /// `undertaker kill`: a live guardian is asked to tear down (SIGTERM, proven by its
@@ -751,7 +692,7 @@ pub fn kill(
         return Ok(TreeSweep {
             id: id.into(),
             label,
-            action: "finished",
+            action: SweepAction::Finished,
             reason: "the tree is already finished".into(),
             targets: vec![],
             left_alive: 0,
@@ -826,7 +767,7 @@ pub fn kill(
             return Ok(TreeSweep {
                 id: id.into(),
                 label,
-                action: "refused",
+                action: SweepAction::Refused,
                 reason: format!("guardian not proven: {r}"),
                 targets: vec![refused_target(expected.pid, &r)],
                 left_alive: marker_scan(ctx.procfs(), me.uid)
@@ -842,7 +783,7 @@ pub fn kill(
             return Ok(TreeSweep {
                 id: id.into(),
                 label,
-                action: "guardian_terminated",
+                action: SweepAction::GuardianTerminated,
                 reason: "the guardian tore the tree down".into(),
                 targets: vec![],
                 left_alive: marker_scan(ctx.procfs(), me.uid)
@@ -856,7 +797,7 @@ pub fn kill(
             return Ok(TreeSweep {
                 id: id.into(),
                 label,
-                action: "guardian_unresponsive",
+                action: SweepAction::GuardianUnresponsive,
                 reason: format!(
                     "the guardian (pid {}) did not finish within {} s of SIGTERM",
                     expected.pid,
@@ -882,7 +823,7 @@ pub fn kill(
         None => Ok(TreeSweep {
             id: id.into(),
             label,
-            action: "left_alone",
+            action: SweepAction::LeftAlone,
             reason: "tree is finished or not ours".into(),
             targets: vec![],
             left_alive: live_count(ctx, id, rec_now.as_ref().or(rec)),

@@ -10,8 +10,8 @@ use crate::linux::proof::signal::Signaller;
 use crate::linux::proof::teardown::AuditEvent;
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
-    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, Registry, RegistryError,
-    RootRecord, StateDir, StoredState, TreeRecord,
+    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry,
+    RegistryError, RootRecord, StateDir, StoredState, TreeRecord,
 };
 use crate::{RunError, RunOptions};
 use rustix::fd::AsFd;
@@ -90,7 +90,7 @@ impl Recorder {
     pub fn start(
         opts: &RunOptions,
         tree: &TreeId,
-        tier: &str,
+        tier: RecordedTier,
         signaller: &Signaller,
         owner: OwnerRecord,
     ) -> Result<Self, RunError> {
@@ -137,7 +137,7 @@ impl Recorder {
             id: tree.to_string(),
             boot_id: me.boot_id.clone(),
             label: opts.label.clone(),
-            tier: tier.to_owned(),
+            tier,
             state: StoredState::Running,
             guardian,
             root: None,

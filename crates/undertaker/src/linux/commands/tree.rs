@@ -116,8 +116,8 @@ impl Tree {
         signaller: &Signaller,
         owner: OwnerRecord,
     ) -> Result<Self, RunError> {
-        let tier = containment.tier();
-        let recorder = Recorder::start(opts, &id, tier.as_str(), signaller, owner)?;
+        let tier = containment.tier().into();
+        let recorder = Recorder::start(opts, &id, tier, signaller, owner)?;
         Ok(Tree {
             id,
             grace: opts.grace,

@@ -6,7 +6,7 @@
 use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
-use crate::registry::OwnerRecord;
+use crate::registry::{OwnerKind, OwnerRecord};
 use crate::{OwnerSpec, RunError};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
@@ -142,14 +142,14 @@ impl Owner {
     /// The owner as the registry records it, for `ps` and `sweep` to check later.
     pub(crate) fn record(&self, spec: &OwnerSpec, procfs: &Procfs) -> OwnerRecord {
         let (kind, pid) = match (self, spec) {
-            (Owner::None, _) => ("none", None),
-            (Owner::Pipe { .. }, _) => ("fd", None),
-            (Owner::Process { pid, .. }, OwnerSpec::Parent) => ("parent", Some(*pid)),
-            (Owner::Process { pid, .. }, _) => ("pid", Some(*pid)),
+            (Owner::None, _) => (OwnerKind::None, None),
+            (Owner::Pipe { .. }, _) => (OwnerKind::Fd, None),
+            (Owner::Process { pid, .. }, OwnerSpec::Parent) => (OwnerKind::Parent, Some(*pid)),
+            (Owner::Process { pid, .. }, _) => (OwnerKind::Pid, Some(*pid)),
         };
         let starttime = pid.and_then(|p| procfs.stat(p).ok()).map(|s| s.starttime);
         OwnerRecord {
-            kind: kind.into(),
+            kind,
             pid,
             starttime,
         }

@@ -1,0 +1,103 @@
+//! The library's commands, one function each, the same on every platform: where the
+//! platform has no implementation yet they return `Unsupported`. The CLI is these
+//! calls plus argument parsing and printing.
+
+use crate::registry::AuditEntry;
+use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
+use crate::{Error, RunError, RunOptions};
+use std::path::Path;
+use std::time::Duration;
+
+#[cfg(target_os = "linux")]
+use crate::linux::commands::{doctor as doctor_linux, guardian, reconcile};
+#[cfg(target_os = "linux")]
+use crate::selector::TreeSelector;
+
+/// Runs `opts.command` under guard, taking over the calling process (child subreaper,
+/// signal mask, reaping, the fd limit) until the tree is gone; returns the status to
+/// exit with: CMD's own, or 128 + the signal that ended it.
+pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    #[cfg(target_os = "linux")]
+    return guardian::run(opts);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = opts;
+        Err(RunError::Unsupported)
+    }
+}
+
+/// The guarded trees of `state_dir` (`None`: the default), with finished ones if `all`.
+pub fn ps(state_dir: Option<&Path>, all: bool) -> Result<Vec<PsRow>, Error> {
+    #[cfg(target_os = "linux")]
+    return Ok(reconcile::ps(&reconcile::Context::open(state_dir)?, all)?);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (state_dir, all);
+        Err(Error::Unsupported)
+    }
+}
+
+/// Finishes the job of dead guardians: tears their trees down (`grace` between
+/// SIGTERM and SIGKILL), with proof; `dry_run` signals nothing.
+pub fn sweep(
+    state_dir: Option<&Path>,
+    dry_run: bool,
+    grace: Duration,
+) -> Result<SweepReport, Error> {
+    #[cfg(target_os = "linux")]
+    return Ok(reconcile::sweep(
+        &reconcile::Context::open(state_dir)?,
+        dry_run,
+        grace,
+    )?);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (state_dir, dry_run, grace);
+        Err(Error::Unsupported)
+    }
+}
+
+/// Tears down the tree `tree` names (its id or a unique prefix of at least four hex
+/// digits) now.
+pub fn kill(state_dir: Option<&Path>, tree: &str, grace: Duration) -> Result<TreeSweep, Error> {
+    #[cfg(target_os = "linux")]
+    {
+        let ctx = reconcile::Context::open(state_dir)?;
+        let (id, rec) = reconcile::resolve_tree(&ctx, &TreeSelector::parse(tree)?)?;
+        Ok(reconcile::kill(&ctx, &id, rec.as_ref(), grace)?)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (state_dir, tree, grace);
+        Err(Error::Unsupported)
+    }
+}
+
+/// The audit log, oldest first: every signal sent and every refusal. With `tree`,
+/// only that tree's entries.
+pub fn log(state_dir: Option<&Path>, tree: Option<&str>) -> Result<Vec<AuditEntry>, Error> {
+    #[cfg(target_os = "linux")]
+    {
+        let ctx = reconcile::Context::open(state_dir)?;
+        let selector = tree.map(TreeSelector::parse).transpose()?;
+        reconcile::log(&ctx, selector.as_ref())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (state_dir, tree);
+        Err(Error::Unsupported)
+    }
+}
+
+/// Probes which kernel mechanisms and containment tiers work here, and whether the
+/// state directory can be used. Creates and removes a probe cgroup and briefly forks
+/// children.
+pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {
+    #[cfg(target_os = "linux")]
+    return Ok(doctor_linux::run(state_dir));
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = state_dir;
+        Err(Error::Unsupported)
+    }
+}

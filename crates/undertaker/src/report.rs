@@ -1,0 +1,313 @@
+//! What the commands report: plain values, the same on every platform. The JSON
+//! fields are documented in docs/CLI-JSON.md and docs/CLI-JSON-doctor.md; each set of
+//! cases is an enum whose serialized name is the documented string.
+
+use crate::registry::{OwnerKind, RecordedTier, StoredState};
+use crate::Tier;
+use serde::Serialize;
+
+/// Implements `as_str` and `Display` for a fieldless enum from one table of names,
+/// which must match its serde names.
+macro_rules! names {
+    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name),+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use names;
+
+/// A tree's state as `ps` shows it. `orphaned` is never stored: it is derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeState {
+    Running,
+    Orphaned,
+    Reaping,
+    Finished,
+}
+
+names!(TreeState {
+    Running => "running",
+    Orphaned => "orphaned",
+    Reaping => "reaping",
+    Finished => "finished",
+});
+
+impl TreeState {
+    /// The state of a recorded tree, from what is stored and what is alive: a tree
+    /// whose guardian or owner is gone is `orphaned` until a sweep finishes it.
+    pub fn derive(
+        stored: StoredState,
+        guardian_alive: bool,
+        owner: Option<bool>,
+        live: usize,
+    ) -> Self {
+        match stored {
+            // A finished tree with marked processes left means teardown left them stuck
+            // or its guardian was killed after marking: they still need a sweep.
+            StoredState::Finished if live == 0 || guardian_alive => TreeState::Finished,
+            _ if !guardian_alive => TreeState::Orphaned,
+            _ if owner == Some(false) => TreeState::Orphaned,
+            StoredState::Running => TreeState::Running,
+            StoredState::Reaping => TreeState::Reaping,
+            StoredState::Finished => TreeState::Finished,
+        }
+    }
+}
+
+/// One line of `undertaker ps`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PsRow {
+    pub id: String,
+    pub label: Option<String>,
+    pub tier: Option<RecordedTier>,
+    pub state: TreeState,
+    pub guardian_pid: Option<i32>,
+    pub guardian_alive: bool,
+    pub owner_kind: Option<OwnerKind>,
+    pub owner_pid: Option<i32>,
+    pub root_pid: Option<i32>,
+    pub live_processes: usize,
+    pub created_ms: Option<i64>,
+    pub age_ms: Option<i64>,
+    pub exit_status: Option<i32>,
+    /// False for a tree known only from its lock file and marked processes (its
+    /// record was lost, e.g. with a corrupt database).
+    pub recorded: bool,
+}
+
+/// What `sweep` or `kill` did to one tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepAction {
+    Swept,
+    /// Dry run.
+    WouldSweep,
+    /// The guardian is alive and tears the tree down itself.
+    LeftAlone,
+    Refused,
+    /// `kill` of a live guardian: it tore the tree down.
+    GuardianTerminated,
+    /// `kill` of a live guardian that did not finish in time.
+    GuardianUnresponsive,
+    /// `kill`: the tree was already finished.
+    Finished,
+}
+
+names!(SweepAction {
+    Swept => "swept",
+    WouldSweep => "would_sweep",
+    LeftAlone => "left_alone",
+    Refused => "refused",
+    GuardianTerminated => "guardian_terminated",
+    GuardianUnresponsive => "guardian_unresponsive",
+    Finished => "finished",
+});
+
+/// What became of one process a sweep or kill looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetOutcome {
+    /// Exited before SIGKILL was needed.
+    Gone,
+    /// Received SIGKILL and is gone.
+    Killed,
+    /// Still alive after the kill cap (e.g. uninterruptible sleep).
+    Stuck,
+    /// Never signalled: it could not be proven a member.
+    Refused,
+    /// Dry run: would be signalled.
+    WouldSignal,
+}
+
+names!(TargetOutcome {
+    Gone => "gone",
+    Killed => "killed",
+    Stuck => "stuck",
+    Refused => "refused",
+    WouldSignal => "would_signal",
+});
+
+/// What `sweep` or `kill` did to one tree.
+#[derive(Debug, Clone, Serialize)]
+pub struct TreeSweep {
+    pub id: String,
+    pub label: Option<String>,
+    pub action: SweepAction,
+    pub reason: String,
+    pub targets: Vec<SweepTarget>,
+    /// Marked processes of the tree still alive afterwards.
+    pub left_alive: usize,
+}
+
+impl TreeSweep {
+    /// `kill`'s exit status: 0 when the tree is gone, 1 when something is left or the
+    /// tree could not be touched.
+    pub fn exit_code(&self) -> i32 {
+        let failed = matches!(
+            self.action,
+            SweepAction::Refused | SweepAction::GuardianUnresponsive
+        );
+        i32::from(self.left_alive > 0 || failed)
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepTarget {
+    pub pid: i32,
+    pub starttime: u64,
+    pub outcome: TargetOutcome,
+    pub proof: Option<String>,
+    pub refusal_code: Option<String>,
+    pub refusal: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepReport {
+    pub dry_run: bool,
+    pub trees: Vec<TreeSweep>,
+    /// Guarded processes of swept trees still alive: 0 means success.
+    pub left_alive: usize,
+}
+
+impl SweepReport {
+    /// `sweep`'s exit status: 0 when no guarded process is left alive.
+    pub fn exit_code(&self) -> i32 {
+        i32::from(self.left_alive > 0)
+    }
+}
+
+/// One probed mechanism. `name` values are stable (docs/CLI-JSON-doctor.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Whether a tier can guard a tree here.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierCheck {
+    pub tier: Tier,
+    pub available: bool,
+    pub detail: String,
+}
+
+/// Whether the state directory and its registry can be used.
+#[derive(Debug, Clone, Serialize)]
+pub struct StateDirCheck {
+    /// The directory, or `(none)` when none could be resolved.
+    pub path: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// What `undertaker doctor` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    pub kernel: String,
+    pub checks: Vec<Check>,
+    pub tiers: Vec<TierCheck>,
+    /// What `--tier auto` picks.
+    pub auto: Tier,
+    pub state_dir: StateDirCheck,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_the_serialized_strings() {
+        for a in [
+            SweepAction::Swept,
+            SweepAction::WouldSweep,
+            SweepAction::LeftAlone,
+            SweepAction::Refused,
+            SweepAction::GuardianTerminated,
+            SweepAction::GuardianUnresponsive,
+            SweepAction::Finished,
+        ] {
+            assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
+        }
+        for o in [
+            TargetOutcome::Gone,
+            TargetOutcome::Killed,
+            TargetOutcome::Stuck,
+            TargetOutcome::Refused,
+            TargetOutcome::WouldSignal,
+        ] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        for s in [
+            TreeState::Running,
+            TreeState::Orphaned,
+            TreeState::Reaping,
+            TreeState::Finished,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    #[test]
+    fn derived_state_orphans_trees_whose_guardian_or_owner_is_gone() {
+        use StoredState::*;
+        assert_eq!(
+            TreeState::derive(Running, true, Some(true), 3),
+            TreeState::Running
+        );
+        assert_eq!(
+            TreeState::derive(Running, false, Some(true), 3),
+            TreeState::Orphaned
+        );
+        assert_eq!(
+            TreeState::derive(Running, true, Some(false), 3),
+            TreeState::Orphaned
+        );
+        assert_eq!(
+            TreeState::derive(Reaping, true, None, 1),
+            TreeState::Reaping
+        );
+        assert_eq!(
+            TreeState::derive(Finished, false, None, 0),
+            TreeState::Finished
+        );
+        // Finished but marked processes are left and nobody tears them down.
+        assert_eq!(
+            TreeState::derive(Finished, false, None, 2),
+            TreeState::Orphaned
+        );
+        assert_eq!(
+            TreeState::derive(Finished, true, None, 2),
+            TreeState::Finished
+        );
+    }
+
+    #[test]
+    fn kill_and_sweep_exit_codes() {
+        let t = |action, left_alive| TreeSweep {
+            id: String::new(),
+            label: None,
+            action,
+            reason: String::new(),
+            targets: vec![],
+            left_alive,
+        };
+        assert_eq!(t(SweepAction::Swept, 0).exit_code(), 0);
+        assert_eq!(t(SweepAction::Swept, 1).exit_code(), 1);
+        assert_eq!(t(SweepAction::Refused, 0).exit_code(), 1);
+        assert_eq!(t(SweepAction::GuardianUnresponsive, 0).exit_code(), 1);
+        assert_eq!(t(SweepAction::GuardianTerminated, 0).exit_code(), 0);
+    }
+}
