@@ -114,6 +114,12 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
         Ok(r) => r,
         Err(e) => return failed(&e),
     };
+    if let Some(why) = &report.registry_error {
+        errln!(
+            "undertaker: {}; swept only the tree cgroups found without it",
+            printable::line(why)
+        );
+    }
     if args.json {
         print_json(&report);
     } else {

@@ -1037,3 +1037,340 @@ fn hostile_start_passes_the_status_through_or_refuses_up_front() {
     let failed: Vec<_> = report.iter().filter(|(_, v)| v.is_err()).collect();
     assert!(failed.is_empty(), "hostile starts gone wrong: {failed:#?}");
 }
+
+// ---------------------------------------------------------------------------------
+// 6. A stranger that joins CMD's process group is never signalled.
+
+/// A stranger: reads a pgid from $1 (waiting for it), tries to join that group,
+/// records any signal to $2. "ready" once it has tried.
+const GROUP_JOINER: &str = r#"
+use strict; use POSIX ();
+my ($pgfile, $out) = @ARGV;
+sub note { open(my $f, '>>', $out) or die; print $f "$_[0]\n"; close $f; }
+for my $s (qw(TERM INT HUP QUIT USR1 USR2 CONT WINCH ALRM)) { $SIG{$s} = sub { note($_[0]); }; }
+my $pg;
+for (1..2000) { if (open(my $f, '<', $pgfile)) { $pg = <$f>; close $f; last if defined $pg && $pg =~ /^\d+\n/; } select(undef, undef, undef, 0.01); }
+chomp $pg;
+note(POSIX::setpgid(0, $pg) ? "joined" : "not joined");
+note("pid $$");
+note('ready');
+sleep 1000 while 1;
+"#;
+
+fn stranger_in_cmd_group(tier: &str) {
+    let scratch = Scratch::new("joiner");
+    let script = scratch.file("joiner.pl", GROUP_JOINER);
+    let pgfile = scratch.path().join("pgid");
+    let log = scratch.path().join("joiner.log");
+    let state = scratch.path().join("state");
+    let mut guardian = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--tier", tier, "--grace", "500ms", "--", "sh", "-c"])
+        .arg(format!(
+            "sleep 1000 & echo $$ > {}.tmp && mv {0}.tmp {0}; wait",
+            pgfile.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut joiner = Command::new("perl")
+        .arg(&script)
+        .arg(&pgfile)
+        .arg(&log)
+        .env_remove("UNDERTAKER_TREE")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_lines(&log)
+            .contains(&"ready".to_string())),
+        "stranger never got ready"
+    );
+    signal_child(&guardian, rustix::process::Signal::TERM);
+    assert!(wait_child(&mut guardian, Duration::from_secs(30)).is_some());
+    std::thread::sleep(Duration::from_millis(200));
+    let got = read_lines(&log);
+    assert!(alive(joiner.id() as i32), "{tier}: stranger killed");
+    let signals: Vec<&String> = got
+        .iter()
+        .filter(|l| {
+            !matches!(l.as_str(), "joined" | "not joined" | "ready") && !l.starts_with("pid ")
+        })
+        .collect();
+    assert!(
+        signals.is_empty(),
+        "{tier}: stranger got {signals:?} ({got:?})"
+    );
+    // Every signal undertaker sent is in the audit log, and none went to the stranger.
+    let log_rows = json(&ut(&state, &["log", "--json"]));
+    let stranger = joiner.id() as i64;
+    assert!(
+        log_rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["pid"].as_i64() != Some(stranger)),
+        "{log_rows}"
+    );
+    kill9(&mut joiner);
+}
+
+#[test]
+fn stranger_joining_cmd_group_is_never_signalled() {
+    if !isolate("stranger_joining_cmd_group_is_never_signalled") {
+        return;
+    }
+    stranger_in_cmd_group("subreaper");
+    if tier_available("cgroup") {
+        stranger_in_cmd_group("cgroup");
+    }
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// 11. `sweep` without a usable registry still sweeps the tree cgroups it can find.
+
+#[test]
+fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
+    if !isolate("sweep_without_a_registry_still_sweeps_tree_cgroups") || !tier_available("cgroup") {
+        return;
+    }
+    let scratch = Scratch::new("noreg");
+    let state = scratch.path().join("state");
+    std::fs::create_dir_all(state.join("registry.db")).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ready = scratch.path().join("ready");
+    let mut guardian = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--tier", "cgroup", "--", "sh", "-c"])
+        .arg(format!(
+            "setsid sleep 1000 & env -i sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    kill9(&mut guardian);
+    assert!(wait_until(Duration::from_secs(10), || {
+        reap_zombies();
+        live_processes_except_self().len() == 2
+    }));
+    let out = ut_within(
+        &state,
+        &["sweep", "--grace", "300ms"],
+        Duration::from_secs(60),
+    )
+    .expect("sweep hung");
+    let err = text(&out.stderr);
+    assert!(err.contains("registry"), "the error is not reported: {err}");
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "an error must not look like success"
+    );
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "sweep left {left:#?}\n{}",
+        text(&out.stdout)
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// 14. A member that moves into a child cgroup of the tree's cgroup (and out of CMD's
+// session) still gets SIGTERM, and the tree's cgroup is removed, child included.
+
+const CHILD_CGROUP_MEMBER: &str = r#"
+use strict; use POSIX ();
+POSIX::setsid();
+my ($mount, $out) = @ARGV;
+sub note { open(my $f, '>>', $out) or die; print $f "$_[0]\n"; close $f; }
+open(my $c, '<', '/proc/self/cgroup') or die;
+my ($rel) = map { /^0::(.*)$/ ? $1 : () } <$c>;
+my $tree = "$mount$rel";
+mkdir("$tree/sub") or die "mkdir: $!";
+open(my $p, '>', "$tree/sub/cgroup.procs") or die; print $p "$$\n"; close $p or die "move: $!";
+$SIG{TERM} = sub { note('TERM'); exit 0; };
+note("tree $tree");
+sleep 1000 while 1;
+"#;
+
+#[test]
+fn member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed() {
+    if !isolate("member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed")
+        || !tier_available("cgroup")
+    {
+        return;
+    }
+    let mount = undertaker::linux::contain::cgroup::locate()
+        .unwrap()
+        .mount
+        .mount_point;
+    let scratch = Scratch::new("childcg");
+    let script = scratch.file("member.pl", CHILD_CGROUP_MEMBER);
+    let log = scratch.path().join("member.log");
+    let mut guardian = undertaker()
+        .args(["run", "--tier", "cgroup", "--grace", "2s", "--", "sh", "-c"])
+        .arg(format!(
+            "perl {} {} {} & wait",
+            script.display(),
+            mount.display(),
+            log.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut tree = None;
+    assert!(wait_until(Duration::from_secs(20), || {
+        tree = read_lines(&log)
+            .iter()
+            .find_map(|l| l.strip_prefix("tree ").map(PathBuf::from));
+        tree.is_some()
+    }));
+    let tree = tree.unwrap();
+    assert!(tree.join("sub").exists());
+    signal_child(&guardian, rustix::process::Signal::TERM);
+    assert!(wait_child(&mut guardian, Duration::from_secs(30)).is_some());
+    assert!(
+        read_lines(&log).contains(&"TERM".to_string()),
+        "the member never got SIGTERM: {:?}",
+        read_lines(&log)
+    );
+    assert!(
+        !tree.exists(),
+        "tree cgroup left behind: {}",
+        tree.display()
+    );
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// 16. Environment-scrubbed members of an orphaned cgroup tree: counted by `ps`, listed
+// once by `sweep --dry-run`.
+
+#[test]
+fn scrubbed_members_of_an_orphaned_cgroup_tree_are_counted_and_listed_once() {
+    if !isolate("scrubbed_members_of_an_orphaned_cgroup_tree_are_counted_and_listed_once")
+        || !tier_available("cgroup")
+    {
+        return;
+    }
+    let scratch = Scratch::new("scrubbed");
+    let state = scratch.path().join("state");
+    let ready = scratch.path().join("ready");
+    let mut guardian = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "run", "--tier", "cgroup", "--label", "scrubbed", "--", "sh", "-c",
+        ])
+        .arg(format!(
+            "env -i sleep 1000 & env -i sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    kill9(&mut guardian);
+    assert!(wait_until(Duration::from_secs(10), || {
+        reap_zombies();
+        live_processes_except_self().len() == 2
+    }));
+    let tree = find_tree(&state, "scrubbed", Duration::from_secs(10)).unwrap();
+    assert_eq!(tree["live_processes"], 2, "{tree}");
+    let dry = json(&ut(&state, &["sweep", "--dry-run", "--json"]));
+    let pids: Vec<i64> = dry["trees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["targets"].as_array().unwrap().iter())
+        .filter_map(|x| x["pid"].as_i64())
+        .collect();
+    let mut distinct = pids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(pids.len(), distinct.len(), "listed twice: {dry}");
+    assert_eq!(distinct.len(), 2, "{dry}");
+    assert_eq!(dry["left_alive"], 2, "{dry}");
+    let out = ut(&state, &["sweep", "--grace", "300ms"]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_nothing_left();
+}
+
+/// The terminal case: the guardian has a controlling terminal (under `script`), so CMD
+/// stays in the guardian's session, where a stranger can join its group: its members
+/// are then proven and signalled one by one, never through the group.
+#[test]
+fn stranger_joining_cmd_group_under_a_terminal_is_never_signalled() {
+    if !isolate("stranger_joining_cmd_group_under_a_terminal_is_never_signalled") {
+        return;
+    }
+    if Command::new("script").arg("--version").output().is_err() {
+        return skip("no script(1) to give undertaker a terminal");
+    }
+    let scratch = Scratch::new("ttyjoin");
+    let script = scratch.file("joiner.pl", GROUP_JOINER);
+    let pgfile = scratch.path().join("pgid");
+    let log = scratch.path().join("joiner.log");
+    let state = scratch.path().join("state");
+    let inner = format!(
+        "{ut} --state-dir {state} run --tier subreaper --label tty --grace 500ms -- sh -c \
+         'sleep 1000 & echo $$ > {pg}.tmp && mv {pg}.tmp {pg}; wait' & perl {joiner} {pg} {log} & wait",
+        ut = UNDERTAKER,
+        state = state.display(),
+        pg = pgfile.display(),
+        joiner = script.display(),
+        log = log.display()
+    );
+    let mut host = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || read_lines(&log)
+            .contains(&"ready".to_string())),
+        "stranger never got ready: {:?}",
+        read_lines(&log)
+    );
+    let lines = read_lines(&log);
+    assert!(lines.contains(&"joined".to_string()), "{lines:?}");
+    let joiner: i32 = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("pid ")?.parse().ok())
+        .unwrap();
+    let tree = find_tree(&state, "tty", Duration::from_secs(10)).unwrap();
+    let guardian = tree["guardian_pid"].as_i64().unwrap() as i32;
+    let cmdline = std::fs::read(format!("/proc/{guardian}/cmdline")).unwrap();
+    assert!(
+        cmdline.starts_with(UNDERTAKER.as_bytes()),
+        "not our guardian"
+    );
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(guardian).unwrap(),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(30), || !alive(guardian)));
+    std::thread::sleep(Duration::from_millis(200));
+    let got = read_lines(&log);
+    let stranger_alive = alive(joiner);
+    let _ = rustix::process::kill_process(
+        rustix::process::Pid::from_raw(joiner).unwrap(),
+        rustix::process::Signal::KILL,
+    );
+    let _ = wait_child(&mut host, Duration::from_secs(10));
+    kill9(&mut host);
+    assert!(stranger_alive, "stranger killed: {got:?}");
+    assert!(
+        !got.contains(&"TERM".to_string()),
+        "stranger got SIGTERM: {got:?}"
+    );
+    assert_nothing_left();
+}

@@ -45,11 +45,27 @@ pub fn sweep(
     grace: Duration,
 ) -> Result<SweepReport, Error> {
     #[cfg(target_os = "linux")]
-    return Ok(reconcile::sweep(
-        &reconcile::Context::open(state_dir)?,
-        dry_run,
-        grace,
-    )?);
+    {
+        use crate::registry::RegistryError;
+        match reconcile::Context::open(state_dir) {
+            Ok(ctx) => Ok(reconcile::sweep(&ctx, dry_run, grace)?),
+            Err(e @ (RegistryError::UnsafeStateDir { .. } | RegistryError::NoStateDir)) => {
+                Err(e.into())
+            }
+            // No registry (a directory in its place, a read-only state dir): sweep what
+            // needs none, and say why that is all.
+            Err(e) => {
+                let mut report = reconcile::sweep_found_cgroups(dry_run, grace).map_err(|why| {
+                    RegistryError::Io {
+                        path: "/proc/self".into(),
+                        msg: why,
+                    }
+                })?;
+                report.registry_error = Some(e.to_string());
+                Ok(report)
+            }
+        }
+    }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (state_dir, dry_run, grace);

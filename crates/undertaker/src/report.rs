@@ -179,12 +179,17 @@ pub struct SweepReport {
     pub trees: Vec<TreeSweep>,
     /// Guarded processes of swept trees still alive: 0 means success.
     pub left_alive: usize,
+    /// Why the registry could not be used, when it could not: then only what needs no
+    /// registry (tree cgroups of dead guardians) was swept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registry_error: Option<String>,
 }
 
 impl SweepReport {
-    /// `sweep`'s exit status: 0 when no guarded process is left alive.
+    /// `sweep`'s exit status: 0 when no guarded process is left alive and the
+    /// registry could be read (without it, trees only it knows were not looked at).
     pub fn exit_code(&self) -> i32 {
-        i32::from(self.left_alive > 0)
+        i32::from(self.left_alive > 0 || self.registry_error.is_some())
     }
 }
 

@@ -11,7 +11,7 @@ use crate::linux::commands::tree::{Cause, Host, Tree};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions::{self, OnSignal};
 use crate::linux::contain::owner::Owner;
-use crate::linux::contain::spawn::{raise_fd_limit, Launch};
+use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, Launch};
 use crate::linux::kernel::poll::poll_until;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
@@ -175,6 +175,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller: &signaller,
         nofile: process.nofile,
         signals: &process.signals,
+        own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
     tracing::debug!(tree = %id, root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
 

@@ -142,8 +142,12 @@ fn live_pids(
         .get(id)
         .map(|v| v.iter().map(|&(pid, _)| pid).collect())
         .unwrap_or_default();
-    if let Some(path) = rec.and_then(|r| r.cgroup_path.as_deref()) {
-        if let Ok(cg) = cgroup::CgroupTree::open(Path::new(path)) {
+    if let Some(path) = rec
+        .and_then(|r| r.cgroup_path.as_deref())
+        .map(Path::new)
+        .filter(|p| p.exists())
+    {
+        if let Ok(cg) = cgroup::CgroupTree::open(path) {
             pids.extend(cg.pids());
         }
     }
@@ -158,7 +162,9 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
     let mut seen = BTreeSet::new();
     for r in &rows {
         seen.insert(r.id.clone());
-        let live = markers.get(&r.id).map_or(0, Vec::len);
+        // Marked processes and the tree cgroup's processes (members that scrubbed
+        // their environment count too).
+        let live = live_pids(&r.id, Some(r), &markers).len();
         if r.state == StoredState::Finished && live == 0 && !all {
             continue;
         }
@@ -292,6 +298,13 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     for id in markers.keys() {
         ids.entry(id.clone()).or_insert(None);
     }
+    // Cgroups the records lead to are swept with their tree below: the walk over all
+    // tree cgroups must not list (or count) their members a second time.
+    let recorded_cgroups: BTreeSet<std::path::PathBuf> = ids
+        .values()
+        .flatten()
+        .filter_map(|r| r.cgroup_path.as_deref().map(std::path::PathBuf::from))
+        .collect();
     let mut trees = Vec::new();
     for (id, rec) in ids {
         if let Some(t) = sweep_tree(
@@ -309,7 +322,10 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     // Tree cgroups whose guardian is dead and that no record led us to (another state
     // dir, a lost registry): the cgroup itself proves membership, markers or not.
     for found in cgroup::list_tree_cgroups(ctx.procfs()) {
-        if found.guardian != cgroup::GuardianState::Dead || !found.path.exists() {
+        if found.guardian != cgroup::GuardianState::Dead
+            || !found.path.exists()
+            || recorded_cgroups.contains(&found.path)
+        {
             continue;
         }
         let id = found.tree.to_string();
@@ -330,6 +346,7 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
         dry_run,
         trees,
         left_alive,
+        registry_error: None,
     })
 }
 
@@ -417,11 +434,18 @@ fn sweep_tree(
     if dry_run {
         let members = source.members(&ctx.signaller);
         let mut targets = dry_run_targets(&members);
-        let mut left_alive = members.proven.len();
         if let Some(cg) = cgroup_sweep {
-            targets.extend(cg.targets);
-            left_alive = left_alive.max(cg.left_alive);
+            // A marked member in the cgroup is one process, listed once.
+            for t in cg.targets {
+                if !targets.iter().any(|x| x.pid == t.pid) {
+                    targets.push(t);
+                }
+            }
         }
+        let left_alive = targets
+            .iter()
+            .filter(|t| matches!(t.outcome, TargetOutcome::WouldSignal))
+            .count();
         return Ok(Some(TreeSweep {
             id: id.into(),
             label,
@@ -488,6 +512,24 @@ fn sweep_cgroup(
     grace: Duration,
     actor: &str,
 ) -> TreeSweep {
+    let registry = &ctx.registry;
+    let mut audit = |event: &crate::linux::proof::teardown::AuditEvent| {
+        if let Err(e) = registry.append_audit(&audit_entry(id, actor, event)) {
+            tracing::warn!("audit log: {e}");
+        }
+    };
+    sweep_cgroup_with(&ctx.signaller, id, path, dry_run, grace, &mut audit)
+}
+
+/// [`sweep_cgroup`] with every signal and refusal passed to `audit`.
+fn sweep_cgroup_with(
+    signaller: &Signaller,
+    id: &str,
+    path: &Path,
+    dry_run: bool,
+    grace: Duration,
+    audit: &mut dyn FnMut(&crate::linux::proof::teardown::AuditEvent),
+) -> TreeSweep {
     let base = TreeSweep {
         id: id.into(),
         label: None,
@@ -504,7 +546,7 @@ fn sweep_cgroup(
         return base;
     };
     if dry_run {
-        let members = tree.members(&ctx.signaller);
+        let members = tree.members(signaller);
         let targets = dry_run_targets(&members);
         return TreeSweep {
             left_alive: members.proven.len(),
@@ -512,16 +554,10 @@ fn sweep_cgroup(
             ..base
         };
     }
-    let registry = &ctx.registry;
-    let mut audit = |event: crate::linux::proof::teardown::AuditEvent| {
-        if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
-            tracing::warn!("audit log: {e}");
-        }
-    };
     let escalation = Escalation::with_grace(grace);
-    let report = cgroup::sweep_orphaned_cgroup(&ctx.signaller, path, &escalation, &mut audit);
+    let report = cgroup::sweep_orphaned_cgroup(signaller, path, &escalation, &mut |e| audit(&e));
     let left_alive = match cgroup::CgroupTree::open(path) {
-        Ok(t) if t.is_populated() => t.members(&ctx.signaller).proven.len().max(1),
+        Ok(t) if t.is_populated() => t.members(signaller).proven.len().max(1),
         _ => 0,
     };
     TreeSweep {
@@ -529,6 +565,42 @@ fn sweep_cgroup(
         left_alive,
         ..base
     }
+}
+
+/// The sweep that needs no registry: the tree cgroups of dead guardians found on disk
+/// (the cgroup proves membership by itself). For when the registry cannot be opened
+/// (a directory in its place, a read-only state dir): whatever can be found is still
+/// swept; the caller reports the registry error. Signals and refusals go to the log.
+pub fn sweep_found_cgroups(dry_run: bool, grace: Duration) -> Result<SweepReport, String> {
+    let signaller = Signaller::for_current_process(Procfs::new())
+        .map_err(|e| format!("reading /proc/self: {e}"))?;
+    let mut trees = Vec::new();
+    for found in cgroup::list_tree_cgroups(signaller.procfs()) {
+        if found.guardian != cgroup::GuardianState::Dead || !found.path.exists() {
+            continue;
+        }
+        let id = found.tree.to_string();
+        let mut audit = |event: &crate::linux::proof::teardown::AuditEvent| match event {
+            crate::linux::proof::teardown::AuditEvent::Signal { target, signal, .. } => {
+                tracing::info!(tree = %id, pid = target.pid, signal, "signalled")
+            }
+            crate::linux::proof::teardown::AuditEvent::Refusal { pid, refusal } => {
+                tracing::warn!(tree = %id, pid, %refusal, "refused")
+            }
+        };
+        let t = sweep_cgroup_with(&signaller, &id, &found.path, dry_run, grace, &mut audit);
+        trees.push(TreeSweep {
+            reason: "guardian is gone (found by its cgroup; no registry)".into(),
+            ..t
+        });
+    }
+    let left_alive = trees.iter().map(|t| t.left_alive).sum();
+    Ok(SweepReport {
+        dry_run,
+        trees,
+        left_alive,
+        registry_error: None,
+    })
 }
 
 /// Marks a swept tree finished; a tree known only from its lock file gets a row.

@@ -343,7 +343,12 @@ impl TreeSource for Escalating<'_> {
         }
         let root_pid = self.live.root.as_ref()?.pid();
         let root = signaller.prove_child(None, root_pid).ok()?;
-        if root.identity.pgid != root.pid() {
+        // Only a group that cannot hold a stranger gets a group-wide signal: CMD's own
+        // group in CMD's own session (no terminal involved). A process can only join a
+        // group of its own session, and only CMD's descendants are ever in that one.
+        // In the guardian's session (a terminal) any process of the session could have
+        // joined: members are then proven and signalled one by one.
+        if root.identity.pgid != root.pid() || root.identity.sid != root.pid() {
             return None;
         }
         match signaller.signal_group(&root, Signal::TERM) {

@@ -286,20 +286,62 @@ impl CgroupTree {
         }
     }
 
-    /// Pids listed in cgroup.procs.
-    pub fn pids(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.path.join("cgroup.procs"))
+    /// This cgroup and every cgroup below it, parents first, as (directory, cgroup
+    /// id, path as /proc/PID/cgroup prints it). Tree cgroups are leaves when created,
+    /// but a member may create a child cgroup and move into it: it is still a member.
+    fn subtree(&self) -> Vec<(PathBuf, u64, String)> {
+        /// Bounds the walk: a tree cannot make the guardian scan forever.
+        const MAX_CGROUPS: usize = 10_000;
+        let mut out = vec![(self.path.clone(), self.id, self.rel.clone())];
+        let mut next = 0;
+        while next < out.len() && out.len() < MAX_CGROUPS {
+            let (dir, _, rel) = out[next].clone();
+            next += 1;
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let Ok(st) = rustix::fs::stat(entry.path()) else {
+                    continue;
+                };
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let child_rel = format!("{}/{name}", rel.trim_end_matches('/'));
+                out.push((entry.path(), st.st_ino, child_rel));
+            }
+        }
+        out
+    }
+
+    /// Pids listed in `cgroup.procs` of `dir`.
+    fn pids_of(dir: &Path) -> Vec<i32> {
+        std::fs::read_to_string(dir.join("cgroup.procs"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect()
     }
 
-    /// Every live member, proven through a pidfd to be in this cgroup.
+    /// Pids in this cgroup and every cgroup below it.
+    pub fn pids(&self) -> Vec<i32> {
+        self.subtree()
+            .iter()
+            .flat_map(|(dir, _, _)| Self::pids_of(dir))
+            .collect()
+    }
+
+    /// Every live member, here or in a cgroup below, each proven through a pidfd to be
+    /// in the cgroup it was listed in.
     pub fn members(&self, signaller: &Signaller) -> Members {
-        Members::collect(self.pids(), |pid| {
-            signaller.prove_in_cgroup(pid, &self.path, self.id, &self.rel)
-        })
+        let mut members = Members::default();
+        for (dir, id, rel) in self.subtree() {
+            for pid in Self::pids_of(&dir) {
+                members.add(pid, signaller.prove_in_cgroup(pid, &dir, id, &rel));
+            }
+        }
+        members
     }
 
     /// Writes "1" to cgroup.kill (Linux ≥ 5.14): the kernel SIGKILLs every member,
@@ -323,18 +365,29 @@ impl CgroupTree {
     /// finished releasing exited members, so EBUSY is retried for up to `patience`.
     pub fn remove(&self, patience: Duration) -> io::Result<()> {
         let end = Instant::now() + patience;
-        // The release usually completes within microseconds: start the back-off small
-        // (a flat 5 ms was most of a short-lived guardian's p90).
-        let mut pause = Duration::from_micros(50);
-        loop {
-            match rustix::fs::rmdir(&self.path) {
-                Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
-                Err(rustix::io::Errno::BUSY) if Instant::now() < end => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(5));
-                }
-                Err(e) => return Err(e.into()),
+        // Children first: a cgroup with child cgroups cannot be removed.
+        let mut dirs: Vec<PathBuf> = self.subtree().into_iter().map(|(d, _, _)| d).collect();
+        dirs.reverse();
+        for dir in dirs {
+            remove_dir(&dir, end)?;
+        }
+        Ok(())
+    }
+}
+
+/// rmdir of an empty cgroup, retrying EBUSY until `end`.
+fn remove_dir(dir: &Path, end: Instant) -> io::Result<()> {
+    // The release usually completes within microseconds: start the back-off small
+    // (a flat 5 ms was most of a short-lived guardian's p90).
+    let mut pause = Duration::from_micros(50);
+    loop {
+        match rustix::fs::rmdir(dir) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) if Instant::now() < end => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
             }
+            Err(e) => return Err(e.into()),
         }
     }
 }

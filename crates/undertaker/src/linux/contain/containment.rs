@@ -115,11 +115,18 @@ impl Placement {
             Placement::Subreaper => spawn_with_std(launch, None, None),
             Placement::Cgroup(cg) => {
                 let pgrp = launch.signaller.me().pgrp;
-                let direct = spawn_directly_into(cg, launch.opts, launch.tree, pgrp, launch.nofile)
-                    .map_err(|e| {
-                        let _ = cg.remove(Duration::ZERO);
-                        spawn_error(program, e)
-                    })?;
+                let direct = spawn_directly_into(
+                    cg,
+                    launch.opts,
+                    launch.tree,
+                    pgrp,
+                    launch.nofile,
+                    launch.own_session,
+                )
+                .map_err(|e| {
+                    let _ = cg.remove(Duration::ZERO);
+                    spawn_error(program, e)
+                })?;
                 if let Some((pid, fd)) = direct {
                     return Ok(PidRef::from_parts(pid, fd));
                 }
@@ -135,6 +142,7 @@ impl Placement {
                     tree: launch.tree,
                     grace: launch.opts.grace,
                     nofile: launch.nofile,
+                    own_session: launch.own_session,
                 };
                 let init = pidns::start(&spec, launch.signals).map_err(|why| {
                     RunError::TierUnavailable {

@@ -20,7 +20,6 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::mount::{MountFlags, MountPropagationFlags};
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 /// Why the namespace could not be set up, as an exit status of the init (the guardian
@@ -36,6 +35,8 @@ pub struct InitSpec<'a> {
     pub grace: Duration,
     /// Soft RLIMIT_NOFILE to give back to CMD.
     pub nofile: Option<u64>,
+    /// CMD leads its own session (no terminal involved).
+    pub own_session: bool,
 }
 
 /// The guardian's handle on the namespace's init.
@@ -220,13 +221,19 @@ fn run_init(
         .split_first()
         .ok_or((2, "no command given".to_string()))?;
     let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env(TREE_MARKER, spec.tree.as_str())
-        .process_group(0);
+    // Its own group (or session) comes from the child setup.
+    cmd.args(args).env(TREE_MARKER, spec.tree.as_str());
     // The guardian's group is not visible in here, so tcgetpgrp() reports 0 while it is
     // in the foreground; i32::MIN never matches, so a background guardian hands nothing.
     let fg = if was_foreground { 0 } else { i32::MIN };
-    sys::install_child_setup(&mut cmd, fg, spec.nofile, None, std::process::id() as i32);
+    sys::install_child_setup(
+        &mut cmd,
+        fg,
+        spec.nofile,
+        None,
+        std::process::id() as i32,
+        spec.own_session,
+    );
     let child = cmd.spawn().map_err(|e| {
         let err = crate::linux::contain::spawn::spawn_error(program, e);
         (err.exit_code(), err.to_string())

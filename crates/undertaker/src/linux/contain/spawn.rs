@@ -11,7 +11,6 @@ use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions};
 use rustix::fd::{AsFd, OwnedFd};
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 /// What starting CMD needs besides the placement.
@@ -23,6 +22,8 @@ pub struct Launch<'a> {
     pub nofile: Option<u64>,
     /// The host's blocked signals (the namespace init restores the mask from them).
     pub signals: &'a BlockedSignals,
+    /// CMD leads its own session (no terminal involved; see `sys::prepare_child`).
+    pub own_session: bool,
 }
 
 /// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
@@ -37,6 +38,7 @@ pub(crate) fn spawn_with_std(
         tree,
         signaller,
         nofile,
+        own_session,
         ..
     } = *launch;
     let (program, args) = opts
@@ -44,15 +46,15 @@ pub(crate) fn spawn_with_std(
         .split_first()
         .ok_or_else(|| RunError::Usage("no command given".into()))?;
     let mut cmd = std::process::Command::new(program);
-    cmd.args(args)
-        .env(TREE_MARKER, tree.as_str())
-        .process_group(0);
+    // Its own group (or session) comes from the child setup.
+    cmd.args(args).env(TREE_MARKER, tree.as_str());
     sys::install_child_setup(
         &mut cmd,
         signaller.me().pgrp,
         nofile,
         join_fd.as_ref().map(|fd| fd.as_raw_fd()),
         signaller.me().pid,
+        own_session,
     );
     let child = cmd.spawn().map_err(|e| {
         if let Some(cg) = cgroup_tree {
@@ -81,6 +83,7 @@ pub(crate) fn spawn_directly_into(
     tree: &TreeId,
     guardian_pgrp: i32,
     nofile: Option<u64>,
+    own_session: bool,
 ) -> std::io::Result<Option<(i32, OwnedFd)>> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
@@ -112,6 +115,7 @@ pub(crate) fn spawn_directly_into(
         guardian_pgrp,
         guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
         nofile_soft: nofile,
+        own_session,
     };
     let dir = rustix::fs::open(
         &cg.path,
@@ -119,6 +123,14 @@ pub(crate) fn spawn_directly_into(
         rustix::fs::Mode::empty(),
     )?;
     sys::spawn_into_cgroup(&spec, dir.as_fd())
+}
+
+/// True when CMD should lead its own session: this process has no controlling
+/// terminal, so no job control needs CMD in our session (see `sys::prepare_child`).
+/// Unknown counts as a terminal: the cautious choice (no group-wide signal).
+pub(crate) fn cmd_gets_own_session(procfs: &crate::linux::kernel::procfs::Procfs) -> bool {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    procfs.stat(me).is_ok_and(|st| st.tty_nr == 0)
 }
 
 pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {

@@ -237,12 +237,16 @@ pub fn ignore(sig: i32) {
 /// writes "0" to it first, so CMD is in the cgroup before it runs an instruction of its
 /// own. If that write fails the exec is abandoned with [`CGROUP_JOIN_FAILED`], so an
 /// unguarded CMD never runs.
+///
+/// `own_session`: CMD leads a new session (`setsid`) instead of a new process group in
+/// the guardian's session; see [`prepare_child`].
 pub fn install_child_setup(
     cmd: &mut std::process::Command,
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
     cgroup_procs: Option<RawFd>,
     guardian_pid: i32,
+    own_session: bool,
 ) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure only makes async-signal-safe calls (prctl, getppid, write, sigemptyset,
@@ -256,7 +260,7 @@ pub fn install_child_setup(
                     return Err(io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
                 }
             }
-            prepare_child(guardian_pid, guardian_pgrp, nofile_soft)
+            prepare_child(guardian_pid, guardian_pgrp, nofile_soft, own_session)
                 .map_err(io::Error::from_raw_os_error)?;
             Ok(())
         });
@@ -288,14 +292,29 @@ pub fn reclaim_foreground(pgrp: i32) {
 ///   blocked SIGTERM would never reach CMD. SIGPIPE and SIGXFSZ, which the guardian
 ///   ignores, back at their default.
 /// - The soft RLIMIT_NOFILE the guardian raised for itself, restored.
+/// - Its own process group. With `own_session` (no terminal involved) the group leads
+///   a new session, which only CMD's descendants can ever enter: `setpgid` into a
+///   group of another session is refused, so the group holds no stranger and may be
+///   signalled as a whole. Otherwise (a terminal, whose job control needs CMD in the
+///   guardian's session) it is a new group in the guardian's session, which any
+///   process of that session could join.
 /// - The terminal handed to CMD's group when it was the guardian's (what tini does).
 fn prepare_child(
     guardian_pid: i32,
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
+    own_session: bool,
 ) -> Result<(), i32> {
     // SAFETY: plain syscalls on stack values; see above.
     unsafe {
+        let grouped = if own_session {
+            libc::setsid() >= 0
+        } else {
+            libc::setpgid(0, 0) == 0
+        };
+        if !grouped {
+            return Err(*libc::__errno_location());
+        }
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
             || libc::getppid() != guardian_pid
         {
@@ -315,7 +334,7 @@ fn prepare_child(
                 libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
         }
-        if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
+        if !own_session && libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
             set_foreground_quietly(libc::getpid());
         }
     }
@@ -474,6 +493,8 @@ pub struct ExecSpec {
     pub guardian_pgrp: i32,
     pub guardian_pid: i32,
     pub nofile_soft: Option<u64>,
+    /// CMD leads its own session (see `prepare_child`).
+    pub own_session: bool,
 }
 
 /// Starts `spec` directly inside the cgroup `cgroup_dir` (an open cgroup2 directory)
@@ -512,11 +533,12 @@ pub fn spawn_into_cgroup(
         Forked::Child => {
             // SAFETY: in the child; see above.
             unsafe {
-                libc::setpgid(0, 0);
-                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                if let Err(errno) =
-                    prepare_child(spec.guardian_pid, spec.guardian_pgrp, spec.nofile_soft)
-                {
+                if let Err(errno) = prepare_child(
+                    spec.guardian_pid,
+                    spec.guardian_pgrp,
+                    spec.nofile_soft,
+                    spec.own_session,
+                ) {
                     let bytes = errno.to_ne_bytes();
                     libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
                     libc::_exit(125);
