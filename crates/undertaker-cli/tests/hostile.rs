@@ -1206,10 +1206,7 @@ fn member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed() {
     {
         return;
     }
-    let mount = undertaker::linux::contain::cgroup::locate()
-        .unwrap()
-        .mount
-        .mount_point;
+    let mount = undertaker::testing::cgroup2_mount_point().unwrap();
     let scratch = Scratch::new("childcg");
     let script = scratch.file("member.pl", CHILD_CGROUP_MEMBER);
     let log = scratch.path().join("member.log");

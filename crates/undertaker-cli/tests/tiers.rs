@@ -13,7 +13,7 @@ use std::time::Duration;
 /// forks, which the multi-threaded test harness may not.
 fn tier_available(tier: &str) -> Result<(), String> {
     if tier == "cgroup" {
-        return undertaker::linux::contain::cgroup::locate().map(|_| ());
+        return undertaker::testing::cgroup_tier_available();
     }
     let out = undertaker()
         .args(["run", "--tier", tier, "--", "true"])
@@ -39,12 +39,7 @@ fn require_tier(tier: &str) -> bool {
 
 /// Tree cgroups on disk whose guardian had pid `guardian` (in this namespace).
 fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
-    use undertaker::linux::contain::cgroup::{list_tree_cgroups, GuardianState};
-    list_tree_cgroups(&undertaker::linux::kernel::procfs::Procfs::new())
-        .into_iter()
-        .filter(|f| f.guardian_pid == guardian && f.guardian != GuardianState::Unknown)
-        .map(|f| f.path)
-        .collect()
+    undertaker::testing::tree_cgroups_of(guardian)
 }
 
 /// Starts `undertaker run --tier TIER` guarding the zoo, owned by `owner`; as uid 65534
@@ -236,10 +231,7 @@ fn finished_cgroup_tree_leaves_no_cgroup_and_reports_status() {
     );
     let path = text.trim().trim_start_matches("0::").to_owned();
     let parsed = path.rsplit('/').next().unwrap();
-    assert!(
-        undertaker::linux::contain::cgroup::parse_dir_name(parsed).is_some(),
-        "{parsed}"
-    );
+    assert!(undertaker::testing::is_tree_cgroup_name(parsed), "{parsed}");
     assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
 }
 

@@ -139,16 +139,9 @@ pub fn check_process(
     Ok(())
 }
 
-/// Rungs for signalling a whole group through its leader. `live_leader` is `None`
-/// when the leader is gone: that is accepted only with a recorded leader identity
-/// (pid == pgid) and a group that still has members.
-pub fn check_group(
-    me: &SelfFacts,
-    pgid: i32,
-    recorded_leader: Option<&Identity>,
-    live_leader: Option<&LiveFacts>,
-    group_populated: bool,
-) -> Result<(), Refusal> {
+/// Rungs for signalling a whole group through its live leader (the group is named by
+/// the leader's pidfd, so a leader that is gone cannot be used).
+pub fn check_group(me: &SelfFacts, pgid: i32, leader: &LiveFacts) -> Result<(), Refusal> {
     if pgid <= 1 {
         return Err(Refusal::InvalidPgid { pgid });
     }
@@ -156,35 +149,14 @@ pub fn check_group(
         return Err(Refusal::OwnGroup { pgid });
     }
     check_pid(me, pgid)?;
-    match (live_leader, recorded_leader) {
-        (Some(live), recorded) => {
-            check_process(me, live, recorded)?;
-            if live.pgid != pgid || live.pid != pgid {
-                return Err(Refusal::NotGroupLeader {
-                    pid: live.pid,
-                    pgid,
-                });
-            }
-            Ok(())
-        }
-        (None, Some(rec)) => {
-            if rec.boot_id != me.boot_id {
-                return Err(Refusal::OtherBoot {
-                    recorded: rec.boot_id.clone(),
-                    current: me.boot_id.clone(),
-                });
-            }
-            if rec.pid != pgid || rec.pgid != pgid {
-                return Err(Refusal::NotGroupLeader { pid: rec.pid, pgid });
-            }
-            if !group_populated {
-                return Err(Refusal::IdentityMissing { pid: pgid });
-            }
-            // A dead leader cannot prove the group is still the one we recorded.
-            Err(Refusal::LeaderNotPinned { pgid })
-        }
-        (None, None) => Err(Refusal::IdentityMissing { pid: pgid }),
+    check_process(me, leader, None)?;
+    if leader.pgid != pgid || leader.pid != pgid {
+        return Err(Refusal::NotGroupLeader {
+            pid: leader.pid,
+            pgid,
+        });
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -278,124 +250,38 @@ mod tests {
         }
     }
 
-    /// name, pgid, recorded leader, live leader, group populated, expected refusal code
-    type GroupCase = (
-        &'static str,
-        i32,
-        Option<Identity>,
-        Option<LiveFacts>,
-        bool,
-        Option<&'static str>,
-    );
-
+    /// name, pgid, live leader, expected refusal code
     #[test]
     fn group_rungs_table() {
         let m = me();
-        let cases: Vec<GroupCase> = vec![
-            (
-                "live leader",
-                200,
-                Some(rec(200)),
-                Some(live(200)),
-                true,
-                None,
-            ),
-            (
-                "live leader no record",
-                200,
-                None,
-                Some(live(200)),
-                true,
-                None,
-            ),
-            (
-                "pgid 0",
-                0,
-                None,
-                Some(live(200)),
-                true,
-                Some("invalid_pgid"),
-            ),
-            ("pgid -1", -1, None, None, true, Some("invalid_pgid")),
-            ("pgid 1", 1, None, None, true, Some("invalid_pgid")),
-            (
-                "own group",
-                90,
-                None,
-                Some(live(90)),
-                true,
-                Some("own_group"),
-            ),
-            (
-                "ancestor group",
-                80,
-                None,
-                Some(live(80)),
-                true,
-                Some("ancestor"),
-            ),
+        let cases: Vec<(&str, i32, LiveFacts, Option<&str>)> = vec![
+            ("live leader", 200, live(200), None),
+            ("pgid 0", 0, live(200), Some("invalid_pgid")),
+            ("pgid -1", -1, live(200), Some("invalid_pgid")),
+            ("pgid 1", 1, live(200), Some("invalid_pgid")),
+            ("own group", 90, live(90), Some("own_group")),
+            ("ancestor group", 80, live(80), Some("ancestor")),
             (
                 "not leader",
                 200,
-                None,
-                Some(LiveFacts {
+                LiveFacts {
                     pgid: 200,
                     ..live(201)
-                }),
-                true,
+                },
                 Some("not_group_leader"),
             ),
             (
-                "dead leader, no record",
+                "leader of another uid",
                 200,
-                None,
-                None,
-                true,
-                Some("identity_missing"),
-            ),
-            (
-                "dead leader, empty group",
-                200,
-                Some(rec(200)),
-                None,
-                false,
-                Some("identity_missing"),
-            ),
-            (
-                "dead leader, populated",
-                200,
-                Some(rec(200)),
-                None,
-                true,
-                Some("leader_not_pinned"),
-            ),
-            (
-                "dead non-leader record",
-                200,
-                Some(Identity {
-                    pgid: 300,
-                    ..rec(200)
-                }),
-                None,
-                true,
-                Some("not_group_leader"),
-            ),
-            (
-                "reused leader",
-                200,
-                Some(rec(200)),
-                Some(LiveFacts {
-                    starttime: 1,
+                LiveFacts {
+                    uid: 0,
                     ..live(200)
-                }),
-                true,
-                Some("starttime_mismatch"),
+                },
+                Some("other_uid"),
             ),
         ];
-        for (name, pgid, r, l, populated, want) in cases {
-            let got = check_group(&m, pgid, r.as_ref(), l.as_ref(), populated)
-                .err()
-                .map(|r| r.code());
+        for (name, pgid, leader, want) in cases {
+            let got = check_group(&m, pgid, &leader).err().map(|r| r.code());
             assert_eq!(got, want, "{name}");
         }
     }

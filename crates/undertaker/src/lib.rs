@@ -6,20 +6,25 @@
 #![deny(unsafe_code)]
 
 mod api;
+pub(crate) mod audit;
 pub mod duration;
+pub(crate) mod escalation;
 mod exit_status;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod identity;
-pub mod ladder;
+pub(crate) mod identity;
+pub(crate) mod ladder;
 #[cfg(target_os = "linux")]
-pub mod linux;
+pub(crate) mod linux;
 pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selector;
 
 pub use api::{doctor, kill, log, ps, run, sweep};
+#[cfg(target_os = "linux")]
+#[doc(hidden)]
+pub mod testing;
 
 use std::ffi::OsString;
 use std::time::Duration;

@@ -216,7 +216,6 @@ impl std::fmt::Display for Recovered {
 pub struct Registry {
     conn: Connection,
     path: PathBuf,
-    boot_id: String,
     /// Set when this open found the database corrupt and replaced it.
     pub recovered: Option<Recovered>,
 }
@@ -432,7 +431,6 @@ impl Registry {
         let reg = Registry {
             conn,
             path: path.to_path_buf(),
-            boot_id: boot_id.to_owned(),
             recovered: None,
         };
         reg.migrate().map_err(classify)?;
@@ -474,14 +472,6 @@ impl Registry {
                 }
             }
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn boot_id(&self) -> &str {
-        &self.boot_id
     }
 
     fn err(&self, e: rusqlite::Error) -> RegistryError {

@@ -177,10 +177,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signals: &process.signals,
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
-    tracing::debug!(tree = %id, root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
+    tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
 
     let cause = process.watch(&mut tree, &mut owner, &signaller);
-    tracing::debug!(?cause, "tearing down tree {id}");
+    tracing::debug!(?cause, "tearing down tree {}", tree.id());
     // The terminal goes back to our group before the tree is signalled; a namespace
     // init hands it back itself, so there we take it once the init is gone.
     let in_namespace = tree.tier() == Tier::Pidns;

@@ -8,10 +8,12 @@
 //! A tree whose guardian is alive is left to that guardian: it watches its owner
 //! itself and will tear down when the owner dies.
 
+use crate::audit::{audit_entry, AuditEvent};
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::Refusal;
-use crate::linux::commands::record::{audit_entry, open_registry};
+use crate::linux::commands::record::open_registry;
 use crate::linux::contain::cgroup;
+use crate::linux::kernel::poll::poll_until;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::{Members, NotProven, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource, KILL_CAP};
@@ -25,7 +27,7 @@ use crate::report::{
 };
 use crate::selector::{SelectError, TreeSelector};
 use crate::Error;
-use rustix::event::{poll, PollFd, PollFlags};
+use rustix::event::{PollFd, PollFlags};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -265,19 +267,12 @@ impl TreeSource for MarkerSource<'_> {
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
         // Rescan at least every 50 ms: a member may fork without any pidfd changing.
         let until = deadline.min(Instant::now() + Duration::from_millis(50));
-        let Some(left) = until.checked_duration_since(Instant::now()) else {
-            return;
-        };
         let fds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
         let mut polls: Vec<PollFd<'_>> = fds
             .iter()
             .map(|fd| PollFd::new(fd, PollFlags::IN))
             .collect();
-        let ts = rustix::time::Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: left.subsec_nanos() as i64,
-        };
-        let _ = poll(&mut polls, Some(&ts));
+        poll_until(&mut polls, Some(until));
     }
 
     fn is_empty(&mut self) -> bool {
@@ -468,7 +463,7 @@ fn sweep_tree(
     };
     note(format!("{actor}: {reason}; tearing down by marker"));
     let escalation = Escalation::with_grace(grace);
-    let mut audit = |event: crate::linux::proof::teardown::AuditEvent| {
+    let mut audit = |event: AuditEvent| {
         if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
             tracing::warn!("audit log: {e}");
         }
@@ -513,7 +508,7 @@ fn sweep_cgroup(
     actor: &str,
 ) -> TreeSweep {
     let registry = &ctx.registry;
-    let mut audit = |event: &crate::linux::proof::teardown::AuditEvent| {
+    let mut audit = |event: &AuditEvent| {
         if let Err(e) = registry.append_audit(&audit_entry(id, actor, event)) {
             tracing::warn!("audit log: {e}");
         }
@@ -528,7 +523,7 @@ fn sweep_cgroup_with(
     path: &Path,
     dry_run: bool,
     grace: Duration,
-    audit: &mut dyn FnMut(&crate::linux::proof::teardown::AuditEvent),
+    audit: &mut dyn FnMut(&AuditEvent),
 ) -> TreeSweep {
     let base = TreeSweep {
         id: id.into(),
@@ -580,11 +575,11 @@ pub fn sweep_found_cgroups(dry_run: bool, grace: Duration) -> Result<SweepReport
             continue;
         }
         let id = found.tree.to_string();
-        let mut audit = |event: &crate::linux::proof::teardown::AuditEvent| match event {
-            crate::linux::proof::teardown::AuditEvent::Signal { target, signal, .. } => {
+        let mut audit = |event: &AuditEvent| match event {
+            AuditEvent::Signal { target, signal, .. } => {
                 tracing::info!(tree = %id, pid = target.pid, signal, "signalled")
             }
-            crate::linux::proof::teardown::AuditEvent::Refusal { pid, refusal } => {
+            AuditEvent::Refusal { pid, refusal } => {
                 tracing::warn!(tree = %id, pid, %refusal, "refused")
             }
         };
@@ -797,13 +792,13 @@ pub fn kill(
                 };
                 for &(sig, name) in signals {
                     let event = match ctx.signaller.signal(&guardian, sig) {
-                        Ok(delivery) => crate::linux::proof::teardown::AuditEvent::Signal {
+                        Ok(delivery) => AuditEvent::Signal {
                             target: guardian.identity.clone(),
                             signal: name,
                             proof: guardian.proof.clone(),
                             delivery,
                         },
-                        Err(r) => crate::linux::proof::teardown::AuditEvent::Refusal {
+                        Err(r) => AuditEvent::Refusal {
                             pid: guardian.pid(),
                             refusal: r,
                         },
@@ -815,11 +810,7 @@ pub fn kill(
                 while !guardian.has_exited() && Instant::now() < deadline {
                     let fd = guardian.pidfd();
                     let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-                    let ts = rustix::time::Timespec {
-                        tv_sec: 0,
-                        tv_nsec: 100_000_000,
-                    };
-                    let _ = poll(&mut fds, Some(&ts));
+                    poll_until(&mut fds, Some(Instant::now() + Duration::from_millis(100)));
                 }
                 unresponsive = !guardian.has_exited();
                 None
@@ -831,7 +822,7 @@ pub fn kill(
             let _ = ctx.registry.append_audit(&audit_entry(
                 id,
                 "kill",
-                &crate::linux::proof::teardown::AuditEvent::Refusal {
+                &AuditEvent::Refusal {
                     pid: expected.pid,
                     refusal: r.clone(),
                 },

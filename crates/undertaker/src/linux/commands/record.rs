@@ -4,10 +4,10 @@
 //! guarded and a warning is logged. Only an explicitly chosen state directory that is
 //! unsafe (symlink, foreign owner) stops `run`, as a usage error.
 
+use crate::audit::{audit_entry, AuditEvent};
 use crate::identity::TreeId;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
-use crate::linux::proof::teardown::AuditEvent;
 use crate::registry::lock::{FileLock, LockInfo};
 use crate::registry::{
     now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry,
@@ -178,10 +178,6 @@ impl Recorder {
         }
     }
 
-    pub fn registry(&self) -> Option<&Registry> {
-        self.registry.as_ref()
-    }
-
     /// Records CMD's identity, read right after spawn (its pidfd is already open).
     pub fn set_root(&self, procfs: &Procfs, pid: i32) {
         let Some(reg) = &self.registry else { return };
@@ -269,41 +265,5 @@ impl Drop for Recorder {
     /// Early returns (CMD could not be started, setup failed) still close the record.
     fn drop(&mut self) {
         self.finished(None);
-    }
-}
-
-/// One teardown event as an audit line.
-pub fn audit_entry(tree: &str, actor: &str, event: &AuditEvent) -> AuditEntry {
-    match event {
-        AuditEvent::Signal {
-            target,
-            signal,
-            proof,
-            delivery,
-        } => AuditEntry {
-            tree: Some(tree.into()),
-            actor: actor.into(),
-            event: "signal".into(),
-            pid: Some(target.pid),
-            starttime: Some(target.starttime),
-            signal: Some((*signal).into()),
-            proof: Some(proof.label().into()),
-            outcome: Some(
-                serde_json::to_value(delivery)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-            ),
-            ..Default::default()
-        },
-        AuditEvent::Refusal { pid, refusal } => AuditEntry {
-            tree: Some(tree.into()),
-            actor: actor.into(),
-            event: "refusal".into(),
-            pid: Some(*pid),
-            refusal_code: Some(refusal.code().into()),
-            message: Some(refusal.to_string()),
-            ..Default::default()
-        },
     }
 }

@@ -10,7 +10,7 @@
 
 use super::dispositions::{on_signal, OnSignal};
 use crate::identity::{TreeId, TREE_MARKER};
-use crate::linux::kernel::poll::readable_now;
+use crate::linux::kernel::poll::{readable_now, timespec};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
 use crate::linux::kernel::wait_status;
@@ -254,10 +254,7 @@ fn run_init(
         if timeout == Some(Duration::ZERO) {
             break;
         }
-        let ts = timeout.map(|t| rustix::time::Timespec {
-            tv_sec: t.as_secs() as i64,
-            tv_nsec: t.subsec_nanos() as i64,
-        });
+        let ts = timeout.map(timespec);
         let sfd = signals.fd();
         let mut fds = [
             PollFd::new(&sfd, PollFlags::IN),

@@ -174,15 +174,6 @@ pub fn parse_cgroup_v2(text: &str) -> Option<String> {
         .map(|p| p.trim_end().to_owned())
 }
 
-/// /proc/PID/task/TID/children: space separated pids, possibly trailing space/newline. Ignore empty tokens; malformed token -> error.
-pub fn parse_children(text: &str) -> Result<Vec<i32>, ProcError> {
-    text.split_ascii_whitespace()
-        .map(|tok| {
-            parse_pid(tok).ok_or_else(|| malformed("children", format!("bad pid {}", snippet(tok))))
-        })
-        .collect()
-}
-
 /// /proc/sys/kernel/random/boot_id: a UUID line like "4f1c...-....\n". Return it trimmed, lowercase; validate it is 36 chars of hex and dashes in UUID layout.
 ///
 /// The boot id scopes `(pid, starttime)` identities to one boot, so a
@@ -207,8 +198,6 @@ const ESRCH: i32 = 3;
 const SMALL_FILE_CAP: usize = 1 << 20;
 /// Environments larger than this are not worth scanning for our marker.
 const ENVIRON_CAP: usize = 4 << 20;
-/// pid_max (4M) pids of up to 8 bytes each fit comfortably.
-const CHILDREN_CAP: usize = 64 << 20;
 
 fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(ESRCH)
@@ -294,10 +283,6 @@ impl Procfs {
         Self { root: root.into() }
     }
 
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     fn pid_dir(&self, pid: i32) -> PathBuf {
         self.root.join(pid.to_string())
     }
@@ -359,70 +344,6 @@ impl Procfs {
     /// The cgroup v2 path of `pid`, relative to our cgroup namespace root.
     pub fn cgroup_v2_path(&self, pid: i32) -> Result<Option<String>, ProcError> {
         Ok(parse_cgroup_v2(&self.read_small(pid, "cgroup", "cgroup")?))
-    }
-
-    /// Children of every thread of `pid` (reads /proc/PID/task/*/children, union, deduplicated, sorted). If the children files do not exist (CONFIG_PROC_CHILDREN off), fall back to scanning all pids and selecting stat.ppid == pid.
-    ///
-    /// Each thread has its own children file because the parent of a child
-    /// is the thread that forked it.
-    pub fn children(&self, pid: i32) -> Result<Vec<i32>, ProcError> {
-        let task_dir = self.pid_dir(pid).join("task");
-        let entries = fs::read_dir(&task_dir).map_err(|e| map_io(pid, &task_dir, &e))?;
-        let mut kids = Vec::new();
-        let mut read_any = false;
-        for entry in entries {
-            let entry = entry.map_err(|e| map_io(pid, &task_dir, &e))?;
-            let Some(tid) = entry.file_name().to_str().and_then(parse_pid) else {
-                continue;
-            };
-            let thread_dir = task_dir.join(tid.to_string());
-            let path = thread_dir.join("children");
-            match read_capped(&path, CHILDREN_CAP) {
-                Ok((_, true)) => {
-                    return Err(malformed(
-                        "children",
-                        format!("larger than {CHILDREN_CAP} bytes"),
-                    ))
-                }
-                Ok((bytes, false)) => {
-                    read_any = true;
-                    kids.extend(parse_children(&String::from_utf8_lossy(&bytes))?);
-                }
-                // The thread directory is there but the file is not: the
-                // kernel was built without CONFIG_PROC_CHILDREN.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && thread_dir.exists() => {
-                    tracing::debug!(pid, "no task children files; scanning all processes");
-                    return self.children_by_scan(pid);
-                }
-                // That thread exited meanwhile; its children were handed to
-                // a sibling thread or reparented, either way not lost to us.
-                Err(e) if is_gone(&e) => continue,
-                Err(e) => return Err(map_io(pid, &path, &e)),
-            }
-        }
-        if !read_any {
-            if let Err(e) = fs::symlink_metadata(self.pid_dir(pid)) {
-                return Err(map_io(pid, &self.pid_dir(pid), &e));
-            }
-        }
-        kids.sort_unstable();
-        kids.dedup();
-        Ok(kids)
-    }
-
-    /// Slow path: one stat read per process on the system.
-    fn children_by_scan(&self, pid: i32) -> Result<Vec<i32>, ProcError> {
-        let mut kids = Vec::new();
-        for candidate in self.pids()? {
-            match self.stat(candidate) {
-                Ok(stat) if stat.ppid == pid => kids.push(candidate),
-                Ok(_) => {}
-                // Exited during the scan, or hidden by hidepid: not ours to count.
-                Err(ProcError::Gone(_) | ProcError::Denied(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(kids)
     }
 
     pub fn boot_id(&self) -> Result<String, ProcError> {
@@ -691,17 +612,6 @@ mod tests {
     }
 
     #[test]
-    fn children_parsing() {
-        assert_eq!(parse_children(""), Ok(vec![]));
-        assert_eq!(parse_children("\n"), Ok(vec![]));
-        assert_eq!(parse_children("12 7 "), Ok(vec![12, 7]));
-        assert_eq!(parse_children("12  7\n"), Ok(vec![12, 7]));
-        for bad in ["12 x", "-1", "+5", "0", "2147483648", "1,2"] {
-            assert!(is_malformed(parse_children(bad)), "{bad:?}");
-        }
-    }
-
-    #[test]
     fn boot_id_parsing() {
         let id = "3888e4fa-e236-49e7-996b-07e525d70863";
         assert_eq!(parse_boot_id(&format!("{id}\n")).as_deref(), Ok(id));
@@ -739,7 +649,7 @@ mod tests {
     }
 
     #[test]
-    fn children_of_current_process() {
+    fn environment_and_parent_of_a_child() {
         let proc = Procfs::new();
         let me = std::process::id() as i32;
         let mut child = Command::new("sleep")
@@ -764,8 +674,6 @@ mod tests {
         }
 
         let result = std::panic::catch_unwind(|| {
-            assert!(proc.children(me).unwrap().contains(&kid));
-            assert!(proc.children_by_scan(me).unwrap().contains(&kid));
             assert_eq!(proc.stat(kid).unwrap().ppid, me);
             assert_eq!(
                 proc.environ_value(kid, "UNDERTAKER_TREE")
@@ -780,7 +688,6 @@ mod tests {
         child.wait().unwrap();
         result.unwrap();
         assert_eq!(proc.stat(kid), Err(ProcError::Gone(kid)));
-        assert!(!proc.children(me).unwrap().contains(&kid));
     }
 
     #[test]
@@ -849,7 +756,6 @@ mod tests {
             fs::create_dir_all(fake.0.join(junk)).unwrap();
         }
         let proc = fake.procfs();
-        assert_eq!(proc.root(), fake.0.as_path());
         assert_eq!(proc.pids(), Ok(vec![10, 11, 12]));
         assert_eq!(proc.stat(10).unwrap().ppid, 1);
         assert_eq!(proc.stat(11), Err(ProcError::Gone(11)));
@@ -857,7 +763,6 @@ mod tests {
         assert_eq!(proc.stat(99), Err(ProcError::Gone(99)));
         assert_eq!(proc.real_uid(99), Err(ProcError::Gone(99)));
         assert_eq!(proc.environ_value(99, "K"), Err(ProcError::Gone(99)));
-        assert_eq!(proc.children(99), Err(ProcError::Gone(99)));
         assert_eq!(
             proc.boot_id().as_deref(),
             Ok("aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee")
@@ -866,35 +771,6 @@ mod tests {
             Procfs::at(fake.0.join("nope")).pids(),
             Err(ProcError::Io { .. })
         ));
-    }
-
-    #[test]
-    fn fake_root_children_files() {
-        let fake = FakeProc::new("children-files");
-        fake.process(10, 1);
-        fake.write("10/task/10/children", "12 11 ");
-        fake.write("10/task/15/children", "11 13\n");
-        // Non-numeric entries are not threads.
-        fake.write("10/task/not-a-tid", "");
-        let proc = fake.procfs();
-        assert_eq!(proc.children(10), Ok(vec![11, 12, 13]));
-
-        fake.write("10/task/16/children", "11 bogus");
-        assert!(is_malformed(proc.children(10)));
-    }
-
-    #[test]
-    fn fake_root_children_fallback_scan() {
-        let fake = FakeProc::new("children-scan");
-        fake.process(10, 1);
-        fake.process(11, 10);
-        fake.process(12, 10);
-        fake.process(13, 11);
-        fake.process(20, 1);
-        let proc = fake.procfs();
-        assert_eq!(proc.children(10), Ok(vec![11, 12]));
-        assert_eq!(proc.children(11), Ok(vec![13]));
-        assert_eq!(proc.children(13), Ok(vec![]));
     }
 
     #[test]
@@ -931,7 +807,6 @@ mod tests {
         fn parsers_never_panic_on_strings(s in any::<String>()) {
             let _ = parse_stat(&s);
             let _ = parse_status_real_uid(&s);
-            let _ = parse_children(&s);
             let _ = parse_boot_id(&s);
             let _ = environ_value(s.as_bytes(), &s);
         }
@@ -940,7 +815,6 @@ mod tests {
         fn parsers_never_panic_on_procish_strings(s in "[0-9 ()\\-:a-fA-FSRUid\n]{0,120}") {
             let _ = parse_stat(&s);
             let _ = parse_status_real_uid(&s);
-            let _ = parse_children(&s);
             let _ = parse_boot_id(&s);
         }
 
@@ -952,7 +826,6 @@ mod tests {
             let lossy = String::from_utf8_lossy(&bytes);
             let _ = parse_stat(&lossy);
             let _ = parse_status_real_uid(&lossy);
-            let _ = parse_children(&lossy);
             let _ = parse_boot_id(&lossy);
             let _ = environ_value(&bytes, &key);
         }
@@ -987,12 +860,6 @@ mod tests {
             }
             let expected = entries.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_bytes());
             prop_assert_eq!(environ_value(&env, &key), expected);
-        }
-
-        #[test]
-        fn children_round_trip(kids in proptest::collection::vec(1..=i32::MAX, 0..20)) {
-            let text: String = kids.iter().map(|k| format!("{k} ")).collect::<String>() + "\n";
-            prop_assert_eq!(parse_children(&text), Ok(kids));
         }
 
         #[test]

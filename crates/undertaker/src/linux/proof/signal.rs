@@ -6,6 +6,7 @@
 //! "already gone" instead of hitting whoever reuses its number. Everything that cannot
 //! be proven comes back as a typed [`Refusal`].
 
+pub(crate) use crate::audit::{Delivery, Proof};
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::{self, LiveFacts, Refusal, SelfFacts};
 use crate::linux::kernel::poll::readable_now;
@@ -13,34 +14,6 @@ use crate::linux::kernel::procfs::{ProcError, Procfs};
 use crate::linux::kernel::sys;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::process::{Pid, PidfdFlags, Signal};
-use serde::Serialize;
-
-/// How membership in a tree was established. Written to the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Proof {
-    /// Its parent, read after the pidfd was opened, is a proven member (or us) that
-    /// was still alive afterwards: a structural fact the kernel maintains.
-    Descendant { parent: i32 },
-    /// It carries the tree's unique marker, has our uid and started after the tree.
-    Marker { tree: TreeId },
-    /// It matches a recorded identity (pid, starttime, pgid, uid, boot).
-    Snapshot,
-    /// The kernel placed it in the tree's cgroup: cgroup membership is inherited by
-    /// every fork and cannot be left without write access to another cgroup.
-    Cgroup { path: std::path::PathBuf },
-}
-
-impl Proof {
-    pub fn label(&self) -> &'static str {
-        match self {
-            Proof::Descendant { .. } => "pidfd+descendant",
-            Proof::Marker { .. } => "pidfd+marker",
-            Proof::Snapshot => "pidfd+snapshot",
-            Proof::Cgroup { .. } => "pidfd+cgroup",
-        }
-    }
-}
 
 /// A process we hold a pidfd to and have proven to be a member of a guarded tree.
 #[derive(Debug)]
@@ -120,15 +93,6 @@ impl Members {
         }
         self.refused.extend(other.refused);
     }
-}
-
-/// Result of a delivery attempt that passed every check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    Delivered,
-    /// The pidfd's process had already exited: nobody received the signal.
-    AlreadyGone,
 }
 
 /// A process whose pidfd was opened before its identity was read, not yet proven a
@@ -403,15 +367,13 @@ impl Signaller {
         ladder::check_group(
             &self.me,
             pgid,
-            None,
-            Some(&LiveFacts {
+            &LiveFacts {
                 pid: leader.pid(),
                 ppid: leader.ppid,
                 pgid,
                 uid: leader.identity.uid,
                 starttime: leader.identity.starttime,
-            }),
-            true,
+            },
         )?;
         match sys::pidfd_send_signal_to_group(leader.fd.as_fd(), sig.as_raw()) {
             Ok(()) => Ok(Delivery::Delivered),

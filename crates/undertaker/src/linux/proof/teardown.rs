@@ -2,43 +2,15 @@
 //! a cap. Waiting is event-driven (the source decides how: SIGCHLD, pidfds, cgroup
 //! events); nothing here sleeps on a timer to find out whether something died.
 
-use crate::identity::Identity;
+pub(crate) use crate::audit::AuditEvent;
+use crate::escalation::{signals_for, MemberState, Phase, Sig, MAX_RESCAN};
+pub(crate) use crate::escalation::{Escalation, Outcome, KILL_CAP};
 use crate::ladder::Refusal;
-use crate::linux::proof::signal::{Delivery, Members, Proof, ProvenProcess, Signaller};
+use crate::linux::proof::signal::{Members, Proof, ProvenProcess, Signaller};
 use rustix::process::Signal;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
-
-/// Final state of one target.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// Exited before SIGKILL was needed.
-    Gone,
-    /// Received SIGKILL and is gone.
-    Killed,
-    /// Still alive after the kill cap (e.g. uninterruptible sleep).
-    Stuck,
-    /// Never signalled: it could not be proven a member.
-    Refused,
-}
-
-/// Something the teardown did, for the audit log.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum AuditEvent {
-    Signal {
-        target: Identity,
-        signal: &'static str,
-        proof: Proof,
-        delivery: Delivery,
-    },
-    Refusal {
-        pid: i32,
-        refusal: Refusal,
-    },
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetReport {
@@ -100,58 +72,23 @@ pub trait TreeSource {
     }
 }
 
-fn live<'a>(
-    source: &dyn TreeSource,
-    tracked: &'a BTreeMap<(i32, u64), Tracked>,
-) -> Vec<&'a ProvenProcess> {
-    if !source.watches_members() {
-        return Vec::new();
-    }
-    tracked
-        .values()
-        .filter(|t| !t.proc.has_exited())
-        .map(|t| &t.proc)
-        .collect()
-}
-
-/// How long SIGKILLed members may take to disappear before they count as stuck.
-pub const KILL_CAP: Duration = Duration::from_secs(5);
-
-pub struct Escalation {
-    pub grace: Duration,
-    pub kill_cap: Duration,
-}
-
-impl Escalation {
-    /// `grace` between SIGTERM and SIGKILL, then the standard [`KILL_CAP`].
-    pub fn with_grace(grace: Duration) -> Self {
-        Self {
-            grace,
-            kill_cap: KILL_CAP,
-        }
-    }
-}
-
-/// Which round of the escalation is running.
-#[derive(Clone, Copy)]
-enum Phase {
-    /// SIGTERM to members not yet signalled, except those of the group the first
-    /// strike already reached.
-    Term { struck_group: Option<i32> },
-    /// SIGKILL to every member still there.
-    Kill,
-}
-
+/// Members tracked over one teardown, by (pid, starttime).
 struct Tracked {
     proc: ProvenProcess,
     killed: bool,
 }
 
-/// Longest gap between rescans while killing: a member forked just before its parent
-/// died has no event of its own to wake us.
-const MAX_RESCAN: Duration = Duration::from_millis(100);
+/// One escalation in progress.
+struct Running<'a> {
+    signaller: &'a Signaller,
+    source: &'a mut dyn TreeSource,
+    audit: &'a mut dyn FnMut(AuditEvent),
+    tracked: BTreeMap<(i32, u64), Tracked>,
+    refused: BTreeMap<i32, Refusal>,
+}
 
 impl Escalation {
+    /// Tears down the tree `source` reports, proving every member before each signal.
     pub fn run(
         &self,
         signaller: &Signaller,
@@ -166,163 +103,147 @@ impl Escalation {
                 empty: true,
             };
         }
-        let mut tracked: BTreeMap<(i32, u64), Tracked> = BTreeMap::new();
-        let mut refused: BTreeMap<i32, Refusal> = BTreeMap::new();
-
-        // Round 1: SIGTERM (and SIGCONT to stopped members so they can act on it).
-        let term = Phase::Term {
-            struck_group: source.first_strike(signaller, audit),
+        let mut running = Running {
+            signaller,
+            source,
+            audit,
+            tracked: BTreeMap::new(),
+            refused: BTreeMap::new(),
         };
-        self.round(signaller, source, &mut tracked, &mut refused, audit, term);
-        let grace_end = Instant::now() + self.grace;
-        while !source.is_empty() && Instant::now() < grace_end {
-            if source.needs_rescan() {
-                self.round(signaller, source, &mut tracked, &mut refused, audit, term);
-            }
-            let watch = live(source, &tracked);
-            source.wait(grace_end, &watch);
+        running.term_phase(self.grace);
+        if !running.source.is_empty() {
+            running.kill_phase(self.kill_cap);
         }
+        running.report()
+    }
+}
 
-        // Round 2..n: re-prove everything still there and SIGKILL it, until empty or cap.
-        if !source.is_empty() {
-            let cap_end = Instant::now() + self.kill_cap;
-            // Members already gone before the kernel-side kill went out count as
-            // `gone`, not `killed`.
-            let exited_before: Vec<(i32, u64)> = tracked
-                .iter()
-                .filter(|(_, t)| t.proc.has_exited())
-                .map(|(k, _)| *k)
-                .collect();
-            let kernel_kill = source.kill_all();
-            let mut pause = Duration::from_millis(1);
-            loop {
-                self.round(
-                    signaller,
-                    source,
-                    &mut tracked,
-                    &mut refused,
-                    audit,
-                    Phase::Kill,
-                );
-                if kernel_kill {
-                    for (key, t) in tracked.iter_mut() {
-                        if !exited_before.contains(key) {
-                            t.killed = true;
-                        }
-                    }
-                }
-                if source.is_empty() || Instant::now() >= cap_end {
-                    break;
-                }
-                let until = (Instant::now() + pause).min(cap_end);
-                let watch = live(source, &tracked);
-                source.wait(until, &watch);
-                pause = (pause * 2).min(MAX_RESCAN);
-                if source.is_empty() {
-                    break;
-                }
+impl Running<'_> {
+    /// Round 1: SIGTERM (and SIGCONT to stopped members so they can act on it), then
+    /// wait up to the grace period, with another round for members a cheap view missed.
+    fn term_phase(&mut self, grace: Duration) {
+        let term = Phase::Term {
+            struck_group: self.source.first_strike(self.signaller, self.audit),
+        };
+        self.round(term);
+        let grace_end = Instant::now() + grace;
+        while !self.source.is_empty() && Instant::now() < grace_end {
+            if self.source.needs_rescan() {
+                self.round(term);
             }
+            self.wait(grace_end);
         }
+    }
 
-        let empty = source.is_empty();
-        let mut targets: Vec<TargetReport> = tracked
-            .into_values()
-            .map(|t| {
-                let outcome = if !t.proc.has_exited() {
-                    Outcome::Stuck
-                } else if t.killed {
-                    Outcome::Killed
-                } else {
-                    Outcome::Gone
-                };
-                TargetReport {
-                    pid: t.proc.pid(),
-                    starttime: t.proc.identity.starttime,
-                    outcome,
-                    proof: Some(t.proc.proof.clone()),
-                    refusal: None,
-                }
-            })
+    /// Rounds 2..n: re-prove everything still there and SIGKILL it, until the tree is
+    /// empty or the cap has passed.
+    fn kill_phase(&mut self, cap: Duration) {
+        let cap_end = Instant::now() + cap;
+        // Members already gone before the kernel-side kill went out count as `gone`,
+        // not `killed`.
+        let exited_before: Vec<(i32, u64)> = (self.tracked.iter())
+            .filter(|(_, t)| t.proc.has_exited())
+            .map(|(k, _)| *k)
             .collect();
-        targets.extend(refused.into_iter().map(|(pid, r)| TargetReport {
+        let kernel_kill = self.source.kill_all();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            self.round(Phase::Kill);
+            if kernel_kill {
+                for (key, t) in self.tracked.iter_mut() {
+                    t.killed |= !exited_before.contains(key);
+                }
+            }
+            if self.source.is_empty() || Instant::now() >= cap_end {
+                break;
+            }
+            self.wait((Instant::now() + pause).min(cap_end));
+            pause = (pause * 2).min(MAX_RESCAN);
+            if self.source.is_empty() {
+                break;
+            }
+        }
+    }
+
+    /// Lets the source wait, watching the live members' pidfds if it wants them.
+    fn wait(&mut self, until: Instant) {
+        let watch: Vec<&ProvenProcess> = match self.source.watches_members() {
+            false => Vec::new(),
+            true => (self.tracked.values())
+                .filter(|t| !t.proc.has_exited())
+                .map(|t| &t.proc)
+                .collect(),
+        };
+        self.source.wait(until, &watch);
+    }
+
+    /// One look at the tree: every member proven afresh and sent what `phase` says.
+    fn round(&mut self, phase: Phase) {
+        let Members { proven, refused } = self.source.members(self.signaller);
+        for (pid, r) in refused {
+            if self.refused.insert(pid, r.clone()).is_none() {
+                (self.audit)(AuditEvent::Refusal { pid, refusal: r });
+            }
+        }
+        let kill = phase == Phase::Kill;
+        for member in proven {
+            let key = (member.pid(), member.identity.starttime);
+            let state = MemberState {
+                seen: self.tracked.get(&key).map(|t| t.killed),
+                stopped: matches!(member.state, 'T' | 't'),
+                pgid: member.identity.pgid,
+            };
+            for &sig in signals_for(phase, state) {
+                let event = match self.signaller.signal(&member, to_signal(sig)) {
+                    Ok(delivery) => AuditEvent::Signal {
+                        target: member.identity.clone(),
+                        signal: sig.name(),
+                        proof: member.proof.clone(),
+                        delivery,
+                    },
+                    Err(refusal) => AuditEvent::Refusal {
+                        pid: member.pid(),
+                        refusal,
+                    },
+                };
+                (self.audit)(event);
+            }
+            let entry = self.tracked.entry(key).or_insert(Tracked {
+                proc: member,
+                killed: false,
+            });
+            entry.killed |= kill;
+        }
+    }
+
+    fn report(self) -> TeardownReport {
+        let empty = self.source.is_empty();
+        let members = self.tracked.into_values().map(|t| TargetReport {
+            pid: t.proc.pid(),
+            starttime: t.proc.identity.starttime,
+            outcome: Outcome::of_member(t.proc.has_exited(), t.killed),
+            proof: Some(t.proc.proof.clone()),
+            refusal: None,
+        });
+        let refused = self.refused.into_iter().map(|(pid, r)| TargetReport {
             pid,
             starttime: 0,
             outcome: Outcome::Refused,
             proof: None,
             refusal: Some(r),
-        }));
-        TeardownReport { targets, empty }
+        });
+        TeardownReport {
+            targets: members.chain(refused).collect(),
+            empty,
+        }
     }
+}
 
-    fn round(
-        &self,
-        signaller: &Signaller,
-        source: &mut dyn TreeSource,
-        tracked: &mut BTreeMap<(i32, u64), Tracked>,
-        refused: &mut BTreeMap<i32, Refusal>,
-        audit: &mut dyn FnMut(AuditEvent),
-        phase: Phase,
-    ) {
-        let (kill, struck_group) = match phase {
-            Phase::Term { struck_group } => (false, struck_group),
-            Phase::Kill => (true, None),
-        };
-        let Members {
-            proven: members,
-            refused: refusals,
-        } = source.members(signaller);
-        for (pid, r) in refusals {
-            if refused.insert(pid, r.clone()).is_none() {
-                audit(AuditEvent::Refusal { pid, refusal: r });
-            }
-        }
-        for member in members {
-            let key = (member.pid(), member.identity.starttime);
-            let already = tracked.get(&key).map(|t| t.killed);
-            // A stopped process cannot act on SIGTERM until continued; a running one
-            // needs no SIGCONT (one syscall and one audit row saved per member).
-            let stopped = matches!(member.state, 'T' | 't');
-            // Members of the group the first strike reached already have their SIGTERM.
-            // One that joined it after the strike gets SIGKILL when the grace ends.
-            let struck = struck_group == Some(member.identity.pgid);
-            let signals: &[(Signal, &'static str)] = match (kill, already) {
-                (false, Some(_)) => &[],
-                (false, None) if struck && stopped => &[(Signal::CONT, "SIGCONT")],
-                (false, None) if struck => &[],
-                (false, None) if stopped => &[(Signal::TERM, "SIGTERM"), (Signal::CONT, "SIGCONT")],
-                (false, None) => &[(Signal::TERM, "SIGTERM")],
-                (true, Some(true)) => &[],
-                (true, _) => &[(Signal::KILL, "SIGKILL")],
-            };
-            for &(sig, name) in signals {
-                match signaller.signal(&member, sig) {
-                    Ok(delivery) => audit(AuditEvent::Signal {
-                        target: member.identity.clone(),
-                        signal: name,
-                        proof: member.proof.clone(),
-                        delivery,
-                    }),
-                    Err(r) => {
-                        audit(AuditEvent::Refusal {
-                            pid: member.pid(),
-                            refusal: r,
-                        });
-                    }
-                }
-            }
-            match tracked.get_mut(&key) {
-                Some(t) => t.killed |= kill,
-                None => {
-                    tracked.insert(
-                        key,
-                        Tracked {
-                            proc: member,
-                            killed: kill,
-                        },
-                    );
-                }
-            }
-        }
+fn to_signal(sig: Sig) -> Signal {
+    match sig {
+        Sig::Term => Signal::TERM,
+        Sig::Cont => Signal::CONT,
+        Sig::Kill => Signal::KILL,
     }
 }
 

@@ -1,0 +1,31 @@
+//! For the integration tests only: a few facts about tree cgroups that the tests check
+//! and the public API has no reason to offer. Hidden from the documented API.
+
+use crate::linux::contain::cgroup::{self, GuardianState};
+use crate::linux::kernel::procfs::Procfs;
+use std::path::PathBuf;
+
+/// `Ok` when this process could create tree cgroups, else why not.
+pub fn cgroup_tier_available() -> Result<(), String> {
+    cgroup::locate().map(|_| ())
+}
+
+/// Where the cgroup2 filesystem is mounted, when this process could create tree
+/// cgroups.
+pub fn cgroup2_mount_point() -> Result<PathBuf, String> {
+    cgroup::locate().map(|loc| loc.mount.mount_point)
+}
+
+/// Tree cgroups on disk whose guardian had pid `guardian` in this PID namespace.
+pub fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
+    cgroup::list_tree_cgroups(&Procfs::new())
+        .into_iter()
+        .filter(|f| f.guardian_pid == guardian && f.guardian != GuardianState::Unknown)
+        .map(|f| f.path)
+        .collect()
+}
+
+/// Whether `name` is a tree cgroup's directory name.
+pub fn is_tree_cgroup_name(name: &str) -> bool {
+    cgroup::parse_dir_name(name).is_some()
+}
