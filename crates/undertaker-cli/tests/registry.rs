@@ -55,8 +55,9 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
     let before = survivors(&id);
     assert!(before.len() >= 5, "zoo members: {before:?}");
 
-    kill9(&mut guardian); // as a host's timeout code would
-                          // CMD itself dies with its guardian (PDEATHSIG); the escaped members do not.
+    // Every undertaker process at once (what the sentinel cannot cover); CMD itself
+    // dies with its guardian (PDEATHSIG), the escaped members do not.
+    kill9_all(&mut guardian);
     wait_until(Duration::from_secs(5), || {
         survivors(&id).len() != before.len()
     });
@@ -148,7 +149,7 @@ fn corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works() {
     let tmp = Scratch::new("corrupt");
     let state = tmp.path().join("state");
     let (mut guardian, id) = start_sleeper(&tmp, &state, "doomed");
-    kill9(&mut guardian);
+    kill9_all(&mut guardian);
     // CMD (the shell) dies with its guardian; its `sleep` is left for the sweep.
     wait_until(Duration::from_secs(5), || survivors(&id).len() == 1);
     assert_eq!(survivors(&id).len(), 1);
@@ -232,7 +233,7 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
     let row = find_tree(&state, "never-started", Duration::from_secs(10)).expect("row written");
     assert!(row["root_pid"].is_null(), "{row}");
     assert_eq!(row["state"], "running");
-    kill9(&mut guardian);
+    kill9_all(&mut guardian);
     let ps = json(&ut(&state, &["ps", "--json"]));
     assert_eq!(ps[0]["state"], "orphaned");
     let out = ut(&state, &["sweep", "--json"]);

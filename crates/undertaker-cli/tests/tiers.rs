@@ -5,9 +5,10 @@
 mod common;
 
 use common::*;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `Ok` when `tier` can guard a tree here. Asked of the binary for pidns: the probe
 /// forks, which the multi-threaded test harness may not.
@@ -55,13 +56,16 @@ fn spawn_guarded_zoo(tier: &str, owner: i32, dir: &Scratch, as_nobody: bool) -> 
         .args(["--", "sh", "-c"])
         .arg(zoo_with_escapees(dir.path()))
         .stdout(Stdio::null())
+        // Its own group, as hosts start servers: a kill of that group is ours to send.
+        .process_group(0)
         .spawn()
         .unwrap()
 }
 
 enum Victim {
     Owner,
-    Guardian,
+    /// Every undertaker process at once (the sentinel and its guardian).
+    Everything,
 }
 
 /// Starts the zoo under `tier`, kill -9s the owner or the guardian, and returns the
@@ -77,15 +81,15 @@ fn zoo_then_kill(tier: &str, victim: Victim, as_nobody: bool, name: &str) -> i32
     );
     let started = live_processes_except_self();
     assert!(started.len() >= 8, "zoo did not start: {started:?}");
-    let gpid = guardian.id() as i32;
+    let gpid = guardian_of(&guardian).expect("the guardian was forked");
     match victim {
         Victim::Owner => {
             kill9(&mut owner);
             let st = wait_child(&mut guardian, Duration::from_secs(30));
             assert!(st.is_some(), "guardian did not finish after owner death");
         }
-        Victim::Guardian => {
-            kill9(&mut guardian);
+        Victim::Everything => {
+            kill9_all(&mut guardian);
             kill9(&mut owner);
         }
     }
@@ -128,13 +132,13 @@ fn cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup() {
 }
 
 #[test]
-fn cgroup_guardian_kill9_then_one_sweep_leaves_no_survivor() {
+fn cgroup_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor() {
     if !require_tier("cgroup")
-        || !isolate("cgroup_guardian_kill9_then_one_sweep_leaves_no_survivor")
+        || !isolate("cgroup_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor")
     {
         return;
     }
-    let gpid = zoo_then_kill("cgroup", Victim::Guardian, false, "cg-guardian");
+    let gpid = zoo_then_kill("cgroup", Victim::Everything, false, "cg-guardian");
     assert!(
         !live_processes_except_self().is_empty(),
         "nothing left for the sweep to do?"
@@ -165,11 +169,13 @@ fn pidns_owner_kill9_leaves_no_survivor() {
 }
 
 #[test]
-fn pidns_guardian_kill9_leaves_no_survivor_without_sweep() {
-    if !require_tier("pidns") || !isolate("pidns_guardian_kill9_leaves_no_survivor_without_sweep") {
+fn pidns_every_undertaker_process_kill9_leaves_no_survivor_without_sweep() {
+    if !require_tier("pidns")
+        || !isolate("pidns_every_undertaker_process_kill9_leaves_no_survivor_without_sweep")
+    {
         return;
     }
-    zoo_then_kill("pidns", Victim::Guardian, false, "ns-guardian");
+    zoo_then_kill("pidns", Victim::Everything, false, "ns-guardian");
     // No sweep: the kernel kills the namespace when its init dies.
     assert_no_survivors();
 }
@@ -178,7 +184,7 @@ fn pidns_guardian_kill9_leaves_no_survivor_without_sweep() {
 fn pidns_as_normal_user_guardian_kill9_leaves_no_survivor() {
     pidns_as_nobody_leaves_no_survivor(
         "pidns_as_normal_user_guardian_kill9_leaves_no_survivor",
-        Victim::Guardian,
+        Victim::Everything,
         "ns-user",
     );
 }
@@ -221,7 +227,6 @@ fn finished_cgroup_tree_leaves_no_cgroup_and_reports_status() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let gpid = child.id() as i32;
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(5));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -232,7 +237,10 @@ fn finished_cgroup_tree_leaves_no_cgroup_and_reports_status() {
     let path = text.trim().trim_start_matches("0::").to_owned();
     let parsed = path.rsplit('/').next().unwrap();
     assert!(undertaker::testing::is_tree_cgroup_name(parsed), "{parsed}");
-    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
+    assert_eq!(
+        undertaker::testing::tree_cgroups_named(parsed),
+        Vec::<PathBuf>::new()
+    );
 }
 
 #[test]
@@ -267,4 +275,121 @@ fn unavailable_cgroup_tier_exits_125_with_reason() {
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("tier cgroup unavailable"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// How the host (or someone) kills undertaker itself.
+#[derive(Debug, Clone, Copy)]
+enum SelfKill {
+    /// `kill -9` of the process the host started.
+    Wrapper,
+    /// `kill -9 -PGID` of the group the host started it in.
+    WrapperGroup,
+    /// `kill -9` of the guardian it forked.
+    Guardian,
+    /// `kill -9 -PGID` of the guardian's own group.
+    GuardianGroup,
+}
+
+const SELF_KILLS: [SelfKill; 4] = [
+    SelfKill::Wrapper,
+    SelfKill::WrapperGroup,
+    SelfKill::Guardian,
+    SelfKill::GuardianGroup,
+];
+
+/// Guards the zoo under `tier` (grace 300 ms), kill -9s one of undertaker's own
+/// processes as `how` says, and requires the tree gone within grace + 1 s with no
+/// sweep, then no process and no cgroup left at all.
+fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
+    let dir = Scratch::world_writable(&format!("self-kill-{tier}"));
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let mut wrapper = spawn_guarded_zoo(tier, owner.id() as i32, &dir, false);
+    assert!(
+        wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
+        "zoo never became ready"
+    );
+    assert!(
+        live_processes_except_self().len() >= 10,
+        "zoo did not start"
+    );
+    let wpid = wrapper.id() as i32;
+    let gpid = guardian_of(&wrapper).expect("the guardian was forked");
+    let pid = |p: i32| rustix::process::Pid::from_raw(p).unwrap();
+    let started = Instant::now();
+    match how {
+        SelfKill::Wrapper => kill9(&mut wrapper),
+        SelfKill::WrapperGroup => {
+            // The group we gave it at spawn: it holds the wrapper alone.
+            rustix::process::kill_process_group(pid(wpid), rustix::process::Signal::KILL).unwrap();
+            wrapper.wait().unwrap();
+        }
+        SelfKill::Guardian => {
+            assert!(signal_child_of(wpid, gpid, rustix::process::Signal::KILL));
+        }
+        SelfKill::GuardianGroup => {
+            let stat = std::fs::read_to_string(format!("/proc/{gpid}/stat")).unwrap();
+            let pgrp: i32 = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .nth(2)
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(pgrp, gpid, "the guardian leads its own group");
+            rustix::process::kill_process_group(pid(gpid), rustix::process::Signal::KILL).unwrap();
+        }
+    }
+    let bound = Duration::from_millis(300) + Duration::from_secs(1);
+    let keep = [owner.id() as i32, wpid];
+    // Zombies do not count as alive; nothing is reaped here, the wrapper is waited for.
+    let tree_left = || {
+        live_processes_except_self()
+            .into_iter()
+            .filter(|p| !keep.contains(p))
+            .collect::<Vec<_>>()
+    };
+    let gone = wait_until(bound, || tree_left().is_empty());
+    let took = started.elapsed();
+    eprintln!("{tier} {how:?}: tree gone after {took:?}");
+    assert!(
+        gone,
+        "{tier} {how:?}: left after {bound:?}: {:?}",
+        tree_left()
+    );
+    if matches!(how, SelfKill::Guardian | SelfKill::GuardianGroup) {
+        let st = wait_child(&mut wrapper, Duration::from_secs(10));
+        assert_eq!(st.and_then(|s| s.code()), Some(128 + 9), "{tier} {how:?}");
+    }
+    kill9(&mut owner);
+    assert_no_survivors();
+    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
+}
+
+fn every_self_kill(tier: &str) {
+    for how in SELF_KILLS {
+        self_kill_tears_down_at_once(tier, how);
+    }
+}
+
+#[test]
+fn cgroup_self_kill9_tears_the_tree_down_without_sweep() {
+    if !require_tier("cgroup") || !isolate("cgroup_self_kill9_tears_the_tree_down_without_sweep") {
+        return;
+    }
+    every_self_kill("cgroup");
+}
+
+#[test]
+fn subreaper_self_kill9_tears_the_tree_down_without_sweep() {
+    if !isolate("subreaper_self_kill9_tears_the_tree_down_without_sweep") {
+        return;
+    }
+    every_self_kill("subreaper");
+}
+
+#[test]
+fn pidns_self_kill9_tears_the_tree_down_without_sweep() {
+    if !require_tier("pidns") || !isolate("pidns_self_kill9_tears_the_tree_down_without_sweep") {
+        return;
+    }
+    every_self_kill("pidns");
 }

@@ -1,6 +1,9 @@
-//! Kill -9 at a random step: the owner, the guardian, or both, during spawn, while
-//! running, or after SIGTERM before SIGKILL; then `undertaker sweep`. The tree is the
-//! escape zoo (plain child, SIGTERM ignorer, setsid double fork, setpgid(0,0)).
+//! Kill -9 at a random step: the owner, the wrapper (the process the host started),
+//! the guardian it forked, every undertaker process at once, or the owner and every
+//! undertaker process; during spawn, while running, or after SIGTERM before SIGKILL.
+//! Only when every undertaker process died does `undertaker sweep` have work; the
+//! other kill points must leave nothing without it. The tree is the escape zoo (plain
+//! child, SIGTERM ignorer, setsid double fork, setpgid(0,0)).
 //!
 //! After a guardian dies, tree members that die are reaped by the namespace's init and
 //! their numbers are handed to decoys before the sweep runs: the sweep must find the
@@ -17,24 +20,38 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     Owner,
+    /// `kill -9` of the process the host started: the guardian tears down.
+    Wrapper,
+    /// `kill -9` of the guardian: the wrapper takes over.
     Guardian,
+    /// Every undertaker process at once: left to the sweep.
+    Undertaker,
+    /// The owner and every undertaker process.
     Both,
 }
 
-pub const TARGETS: [Target; 3] = [Target::Owner, Target::Guardian, Target::Both];
+pub const TARGETS: [Target; 5] = [
+    Target::Owner,
+    Target::Wrapper,
+    Target::Guardian,
+    Target::Undertaker,
+    Target::Both,
+];
 
 impl Target {
     pub fn scenario_name(self) -> &'static str {
         match self {
             Target::Owner => "chaos-kill-owner",
+            Target::Wrapper => "chaos-kill-wrapper",
             Target::Guardian => "chaos-kill-guardian",
+            Target::Undertaker => "chaos-kill-undertaker",
             Target::Both => "chaos-kill-both",
         }
     }
 
-    /// Whether the guardian's own teardown cannot finish the job, so a sweep must.
+    /// Whether no undertaker process is left to finish the job, so a sweep must.
     pub fn needs_sweep(self) -> bool {
-        self != Target::Owner
+        matches!(self, Target::Undertaker | Target::Both)
     }
 }
 
@@ -123,8 +140,41 @@ pub fn run_trial(ctx: &mut Ctx, target: Target, rng: &mut Rng) -> Result<Outcome
         trial::kill_child(&mut owner);
     }
     let guardian_killed = target.needs_sweep();
-    if guardian_killed {
-        trial::kill_child(&mut guardian);
+    // What must finish the teardown on its own, with no sweep.
+    let mut finisher = None;
+    match target {
+        Target::Owner => {}
+        Target::Wrapper => {
+            // Stopped first so the guardian is found before the kill, not after.
+            let _ = procs::signal_own_child(&guardian, Signal::STOP);
+            finisher = procs::forked_guardian(&guardian, Duration::ZERO);
+            trial::kill_child(&mut guardian);
+        }
+        Target::Guardian => {
+            if let Some(inner) = procs::forked_guardian(&guardian, Duration::from_secs(2)) {
+                let _ = rustix::process::pidfd_send_signal(&inner, Signal::KILL);
+            }
+        }
+        Target::Undertaker | Target::Both => {
+            let _ = procs::signal_own_child(&guardian, Signal::STOP);
+            if let Some(inner) = procs::forked_guardian(&guardian, Duration::from_secs(2)) {
+                let _ = rustix::process::pidfd_send_signal(&inner, Signal::KILL);
+                procs::pidfd_readable(&inner, Duration::from_secs(5));
+            }
+            trial::kill_child(&mut guardian);
+        }
+    }
+    if let Some(inner) = &finisher {
+        if !procs::pidfd_readable(inner, Duration::from_secs(15)) {
+            trial::kill_child(&mut owner);
+            procs::count_and_kill_survivors(&trial);
+            return Err(anyhow!(
+                "the guardian did not finish its teardown in 15 s after the wrapper died"
+            ));
+        }
+    }
+    if guardian_killed || target == Target::Wrapper {
+        // Reaped (or about to be) already.
     } else if !trial::child_exited_within(&guardian, Duration::from_secs(15)) {
         trial::kill_child(&mut guardian);
         trial::kill_child(&mut owner);
@@ -158,9 +208,11 @@ pub fn run_trial(ctx: &mut Ctx, target: Target, rng: &mut Rng) -> Result<Outcome
             }
         }
         ctx.sweep();
-    } else if ctx.sweep_available {
+    } else if target == Target::Owner && ctx.sweep_available {
         ctx.sweep();
     }
+    // Wrapper and guardian kills are counted with no sweep at all: the undertaker
+    // process left alive must have finished the job.
 
     let survivors = procs::count_and_kill_survivors(&trial);
     if std::env::var_os("TORTURE_DEBUG").is_some() {

@@ -39,8 +39,8 @@ struct Cli {
     #[arg(long)]
     json: bool,
     /// Run only these scenarios (repeatable): leader-reused, group-reused,
-    /// check-to-signal, stale-registration, chaos-kill-owner, chaos-kill-guardian,
-    /// chaos-kill-both.
+    /// check-to-signal, stale-registration, chaos-kill-owner, chaos-kill-wrapper,
+    /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// The undertaker binary (default: `undertaker` next to this executable).

@@ -309,3 +309,43 @@ impl Decoy {
         }
     }
 }
+
+/// Sends `sig` to our own unreaped child through a pidfd.
+pub fn signal_own_child(child: &Child, sig: Signal) -> bool {
+    Pid::from_raw(child.id() as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
+        .is_some_and(|fd| rustix::process::pidfd_send_signal(&fd, sig).is_ok())
+}
+
+/// A pidfd of the guardian that `undertaker run` (our child `wrapper`) forked,
+/// waiting up to `patience` for it to exist. The parent link is re-read after the
+/// pidfd is open, so the pidfd is that child's and nobody else's.
+pub fn forked_guardian(wrapper: &Child, patience: Duration) -> Option<OwnedFd> {
+    let want = wrapper.id() as i32;
+    let deadline = Instant::now() + patience;
+    loop {
+        for pid in all_pids() {
+            if parent_of(pid) != Some(want) {
+                continue;
+            }
+            let Some(fd) = Pid::from_raw(pid)
+                .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
+            else {
+                continue;
+            };
+            if parent_of(pid) == Some(want) {
+                return Some(fd);
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}

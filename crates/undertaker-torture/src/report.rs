@@ -85,7 +85,7 @@ pub fn print_table(r: &Report) {
         }
     );
     println!(
-        "{:<13} {:<20} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
+        "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
         "strategy",
         "scenario",
         "trials",
@@ -99,7 +99,7 @@ pub fn print_table(r: &Report) {
     for c in &r.cells {
         if !c.ran {
             println!(
-                "{:<13} {:<20} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+                "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
                 c.strategy,
                 c.scenario,
                 "-",
@@ -114,7 +114,7 @@ pub fn print_table(r: &Report) {
             continue;
         }
         println!(
-            "{:<13} {:<20} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+            "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
             c.strategy,
             c.scenario,
             c.trials,

@@ -29,3 +29,12 @@ pub fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
 pub fn is_tree_cgroup_name(name: &str) -> bool {
     cgroup::parse_dir_name(name).is_some()
 }
+
+/// Tree cgroups on disk whose directory is called `name`.
+pub fn tree_cgroups_named(name: &str) -> Vec<PathBuf> {
+    cgroup::list_tree_cgroups(&Procfs::new())
+        .into_iter()
+        .map(|f| f.path)
+        .filter(|p| p.ends_with(name))
+        .collect()
+}

@@ -153,3 +153,53 @@ pub fn reap_zombies() {
 pub fn set_next_pid(pid: i32) -> std::io::Result<()> {
     std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1))
 }
+
+/// The guardian of an `undertaker run` we started: the one child of that process (the
+/// process a host starts stays behind as a sentinel and forks the guardian). `None`
+/// once it is gone.
+pub fn guardian_of(wrapper: &std::process::Child) -> Option<i32> {
+    let want = wrapper.id() as i32;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&pid| parent_of(pid) == Some(want) && alive(pid))
+}
+
+/// Parent pid of a live process.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Sends `sig` to `pid` through a pidfd, after re-checking (with the pidfd open) that
+/// its parent is still `parent` (a process of ours, unreaped): never a stranger.
+pub fn signal_child_of(parent: i32, pid: i32, sig: rustix::process::Signal) -> bool {
+    let Some(raw) = rustix::process::Pid::from_raw(pid) else {
+        return false;
+    };
+    let Ok(fd) = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()) else {
+        return false;
+    };
+    parent_of(pid) == Some(parent) && rustix::process::pidfd_send_signal(&fd, sig).is_ok()
+}
+
+/// `kill -9` of every undertaker process of a run at once: the sentinel (the process
+/// we started) is stopped first so it cannot take over, then its guardian and it are
+/// killed. What a sweep must then finish.
+pub fn kill9_all(wrapper: &mut std::process::Child) {
+    use rustix::process::Signal;
+    signal_child(wrapper, Signal::STOP);
+    let wpid = wrapper.id() as i32;
+    // The guardian may still be starting up; wait until it exists.
+    let mut guardian = None;
+    wait_until(Duration::from_secs(10), || {
+        guardian = guardian_of(wrapper);
+        guardian.is_some()
+    });
+    if let Some(g) = guardian {
+        signal_child_of(wpid, g, Signal::KILL);
+        wait_until(Duration::from_secs(10), || !alive(g));
+    }
+    kill9(wrapper);
+}

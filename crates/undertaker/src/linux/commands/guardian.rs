@@ -7,6 +7,7 @@
 //! watch) lives here; everything about the tree itself lives in [`Tree`].
 
 use crate::identity::TreeId;
+use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Host, Tree};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions::{self, OnSignal};
@@ -25,12 +26,21 @@ use std::time::Instant;
 
 /// What the guardian process holds for its tree: the signalfd of the signals it
 /// blocked, and the caller's soft fd limit that CMD gets back.
-struct GuardianProcess {
+pub(crate) struct GuardianProcess {
     signals: BlockedSignals,
     nofile: Option<u64>,
 }
 
 impl GuardianProcess {
+    /// The process that forked a guardian, taking over its tree once it died: it is
+    /// a child subreaper already (see `sentinel`).
+    pub(crate) fn adopting(signals: BlockedSignals) -> Self {
+        Self {
+            signals,
+            nofile: None,
+        }
+    }
+
     /// The rest of the process-wide setup, once the signals are taken: a high fd
     /// limit (teardown holds one pidfd per member) and child subreaper (except for
     /// pidns, whose init reaps the tree).
@@ -160,6 +170,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
     let id = new_tree_id(&signaller)?;
+    // The process the host started stays behind; from here on we are its guardian.
+    let signaller = match sentinel::split(&signaller)? {
+        Split::Sentinel(sentinel) => return Ok(sentinel.watch(opts, &id, signaller, signals)),
+        Split::Guardian(signaller) => signaller,
+    };
     let containment = Containment::choose(opts.tier)?;
     tracing::debug!(tier = %containment.tier(), "tier chosen");
     let mut process = GuardianProcess::take_over(&containment, signals)?;
@@ -168,6 +183,12 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
+    }
+    // The host stopped the process it started while we set up: start nothing.
+    if sentinel::gone(&signaller) {
+        return Err(RunError::OwnerGone(
+            "the undertaker process the host started".into(),
+        ));
     }
     tree.spawn(&Launch {
         opts,
@@ -185,11 +206,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     // init hands it back itself, so there we take it once the init is gone.
     let in_namespace = tree.tier() == Tier::Pidns;
     if !in_namespace {
-        sys::reclaim_foreground(signaller.me().pgrp);
+        sys::reclaim_foreground(signaller.host_pgrp());
     }
     tree.tear_down(cause, &signaller, &mut process);
     if in_namespace {
-        sys::reclaim_foreground(signaller.me().pgrp);
+        sys::reclaim_foreground(signaller.host_pgrp());
     }
     Ok(tree.finish())
 }

@@ -5,4 +5,5 @@ pub mod doctor;
 pub mod guardian;
 pub mod reconcile;
 pub mod record;
+pub(crate) mod sentinel;
 pub mod tree;

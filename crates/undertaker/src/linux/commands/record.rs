@@ -22,6 +22,8 @@ pub const TEST_PAUSE_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN";
 
 pub struct Recorder {
     tree: TreeId,
+    /// Who writes the audit entries: `guardian`, or `sentinel` after a takeover.
+    actor: &'static str,
     registry: Option<Registry>,
     lock: Option<FileLock>,
     finished: bool,
@@ -96,6 +98,7 @@ impl Recorder {
     ) -> Result<Self, RunError> {
         let mut rec = Recorder {
             tree: tree.clone(),
+            actor: "guardian",
             registry: None,
             lock: None,
             finished: false,
@@ -169,6 +172,31 @@ impl Recorder {
         Ok(rec)
     }
 
+    /// The record of a tree whose guardian died, for the sentinel that tears it down:
+    /// the row exists (or was never written); the dead guardian's lock is taken over so
+    /// it can be removed once the tree is finished.
+    pub fn adopt(opts: &RunOptions, tree: &TreeId, signaller: &Signaller) -> Self {
+        let mut rec = Recorder {
+            tree: tree.clone(),
+            actor: "sentinel",
+            registry: None,
+            lock: None,
+            finished: false,
+            pending_audit: Default::default(),
+        };
+        let me = signaller.me();
+        match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
+            Ok((dir, registry)) => {
+                rec.lock = FileLock::try_acquire(&dir.tree_lock_path(tree.as_str()))
+                    .ok()
+                    .flatten();
+                rec.registry = Some(registry);
+            }
+            Err((_, e)) => tracing::warn!("not recording the end of tree {tree}: {e}"),
+        }
+        rec
+    }
+
     fn pause_for_tests(&self) {
         if let Some(ms) = std::env::var(TEST_PAUSE_ENV)
             .ok()
@@ -225,7 +253,7 @@ impl Recorder {
     /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
     pub fn audit(&self, event: &AuditEvent) {
         if self.registry.is_some() {
-            let mut entry = audit_entry(self.tree.as_str(), "guardian", event);
+            let mut entry = audit_entry(self.tree.as_str(), self.actor, event);
             entry.time_ms = now_ms();
             self.pending_audit.borrow_mut().push(entry);
         }

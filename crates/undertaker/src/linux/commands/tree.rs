@@ -127,6 +127,32 @@ impl Tree {
         })
     }
 
+    /// The tree of a guardian that died, taken over by the process that forked it
+    /// (see `sentinel`): no root (CMD died with its guardian), the tree's cgroup when
+    /// it has one, and the existing record, finished once the tree is torn down.
+    pub(crate) fn adopt(
+        opts: &RunOptions,
+        id: TreeId,
+        signaller: &Signaller,
+        cgroup: Option<CgroupTree>,
+    ) -> Self {
+        let recorder = Recorder::adopt(opts, &id, signaller);
+        let placement = match cgroup {
+            Some(cg) => Placement::Cgroup(cg),
+            None => Placement::Subreaper,
+        };
+        Tree {
+            id,
+            grace: opts.grace,
+            containment: Containment::Subreaper,
+            recorder,
+            live: Live {
+                placement: Some(placement),
+                ..Live::default()
+            },
+        }
+    }
+
     pub fn id(&self) -> &TreeId {
         &self.id
     }

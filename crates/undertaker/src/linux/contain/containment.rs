@@ -114,7 +114,7 @@ impl Placement {
         match self {
             Placement::Subreaper => spawn_with_std(launch, None, None),
             Placement::Cgroup(cg) => {
-                let pgrp = launch.signaller.me().pgrp;
+                let pgrp = launch.signaller.host_pgrp();
                 let direct = spawn_directly_into(
                     cg,
                     launch.opts,
@@ -143,6 +143,7 @@ impl Placement {
                     grace: launch.opts.grace,
                     nofile: launch.nofile,
                     own_session: launch.own_session,
+                    host_pgrp: launch.signaller.host_pgrp(),
                 };
                 let init = pidns::start(&spec, launch.signals).map_err(|why| {
                     RunError::TierUnavailable {

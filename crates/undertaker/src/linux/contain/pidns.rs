@@ -37,6 +37,9 @@ pub struct InitSpec<'a> {
     pub nofile: Option<u64>,
     /// CMD leads its own session (no terminal involved).
     pub own_session: bool,
+    /// The process group the host started undertaker in: the terminal goes to CMD
+    /// only when this group had it.
+    pub host_pgrp: i32,
 }
 
 /// The guardian's handle on the namespace's init.
@@ -150,8 +153,10 @@ pub fn start(spec: &InitSpec<'_>, signals: &BlockedSignals) -> Result<NamespaceH
         rustix::process::getegid().as_raw(),
     );
     let was_foreground = rustix::termios::isatty(rustix::stdio::stdin())
-        && rustix::termios::tcgetpgrp(rustix::stdio::stdin()).ok()
-            == Some(rustix::process::getpgrp());
+        && rustix::termios::tcgetpgrp(rustix::stdio::stdin())
+            .ok()
+            .map(|p| p.as_raw_nonzero().get())
+            == Some(spec.host_pgrp);
     let (alive_read, alive_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| format!("pipe: {e}"))?;
     match sys::fork_into_new_pid_namespace(user_ns) {

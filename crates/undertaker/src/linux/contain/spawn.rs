@@ -50,7 +50,7 @@ pub(crate) fn spawn_with_std(
     cmd.args(args).env(TREE_MARKER, tree.as_str());
     sys::install_child_setup(
         &mut cmd,
-        signaller.me().pgrp,
+        signaller.host_pgrp(),
         nofile,
         join_fd.as_ref().map(|fd| fd.as_raw_fd()),
         signaller.me().pid,

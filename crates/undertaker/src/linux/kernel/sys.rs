@@ -455,6 +455,35 @@ pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
     unsafe { fork3(flags, None) }
 }
 
+/// Forks the guardian off the process the host started (which stays behind as the
+/// sentinel, see `linux/sentinel.rs`). The parent gets the child's pid and a pidfd
+/// from CLONE_PIDFD, so the guardian is never addressed by number.
+pub fn fork_guardian() -> io::Result<Forked> {
+    // SAFETY: `undertaker run` is single-threaded up to here (no thread is ever
+    // started), and the child goes on as its own single-threaded process.
+    unsafe { fork3(0, None) }
+}
+
+/// The guardian's first steps after [`fork_guardian`]: its own process group, so a
+/// signal to the host's group (which holds the sentinel) does not reach it, and
+/// SIGTERM — its "tear down" signal — when the sentinel dies, however it dies. The
+/// sentinel is our own single-threaded parent, so PDEATHSIG means exactly its death.
+/// Fails when the sentinel died before the prctl (we were already reparented).
+pub fn detach_guardian(sentinel_pid: i32) -> io::Result<()> {
+    // SAFETY: plain syscalls with integer arguments.
+    unsafe {
+        if libc::setpgid(0, 0) != 0
+            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::getppid() != sentinel_pid {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+    }
+    Ok(())
+}
+
 /// `kill(-1, sig)`: every process the caller may signal, except itself. Only
 /// `signal::signal_whole_namespace` calls this, and only as PID 1 of a namespace that
 /// holds nothing but the guarded tree.

@@ -122,6 +122,10 @@ impl Opened {
 pub struct Signaller {
     me: SelfFacts,
     procfs: Procfs,
+    /// The process group the host started undertaker in. The guardian runs in a
+    /// group of its own (see `commands::sentinel`), but the terminal is handed to CMD
+    /// only from this group, and back to it at the end.
+    host_pgrp: i32,
 }
 
 impl Signaller {
@@ -149,7 +153,28 @@ impl Signaller {
                 boot_id,
             },
             procfs,
+            host_pgrp: stat.pgrp,
         })
+    }
+
+    /// The same facts for a child this process forked (no exec) that then moved into
+    /// its own process group: its parent, this process, joins the ancestors. Reads
+    /// nothing from /proc.
+    pub fn for_forked_child(&self) -> Self {
+        let mut me = self.me.clone();
+        me.ancestors.insert(0, me.pid);
+        me.pid = rustix::process::getpid().as_raw_nonzero().get();
+        me.pgrp = rustix::process::getpgrp().as_raw_nonzero().get();
+        Self {
+            me,
+            procfs: self.procfs.clone(),
+            host_pgrp: self.host_pgrp,
+        }
+    }
+
+    /// The process group the host started undertaker in.
+    pub fn host_pgrp(&self) -> i32 {
+        self.host_pgrp
     }
 
     pub fn me(&self) -> &SelfFacts {

@@ -1,0 +1,141 @@
+//! The process the host started stays behind as a thin sentinel; the guardian is its
+//! child. Hosts stop a server by `kill -9` of the process they started, so that
+//! process must not be the only one that can tear the tree down (docs/GUARANTEES.md).
+//!
+//! - Host kills the sentinel (or its process group): the guardian, in its own process
+//!   group, gets SIGTERM through PDEATHSIG and tears the tree down as it would on its
+//!   owner's death, with every proof it has (descendant walk, cgroup, pidfds).
+//! - Someone kills the guardian: CMD dies with it (its own PDEATHSIG), the guardian's
+//!   orphans are reparented to the sentinel (a subreaper, their nearest ancestor), and
+//!   the sentinel tears down what is left, proven as its descendants or as members of
+//!   the tree's cgroup.
+//! - Both at once: the tree waits for `undertaker sweep`, as before.
+//!
+//! The split happens before anything else is set up, so the sentinel holds no
+//! database, no cgroup and no spawn state: it relays signals to the guardian, waits
+//! for it, and exits with its status.
+
+use crate::identity::TreeId;
+use crate::linux::commands::guardian::GuardianProcess;
+use crate::linux::commands::tree::{Cause, Tree};
+use crate::linux::contain::cgroup::{self, CgroupTree};
+use crate::linux::contain::dispositions::{self, OnSignal};
+use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
+use crate::linux::proof::pidref::PidRef;
+use crate::linux::proof::signal::Signaller;
+use crate::{RunError, RunOptions};
+use rustix::event::{poll, PollFd, PollFlags};
+use rustix::process::{Signal, WaitId, WaitIdOptions};
+
+/// Which side of the split this process is on.
+pub(crate) enum Split {
+    /// The process the host started: watch the guardian.
+    Sentinel(Sentinel),
+    /// The new child: go on as the guardian, with facts about itself.
+    Guardian(Signaller),
+}
+
+/// The sentinel's handle on its guardian.
+pub(crate) struct Sentinel {
+    guardian: PidRef,
+}
+
+/// Forks the guardian. Both sides return; the caller's signal mask and signalfd are
+/// inherited, so no signal arriving around the fork is lost.
+pub(crate) fn split(signaller: &Signaller) -> Result<Split, RunError> {
+    let sentinel_pid = signaller.me().pid;
+    // Before the fork: a guardian dying at any point hands its orphans to us.
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    match sys::fork_guardian() {
+        Err(e) => Err(RunError::Setup(format!("cannot fork the guardian: {e}"))),
+        Ok(Forked::Parent { pid, pidfd }) => Ok(Split::Sentinel(Sentinel {
+            guardian: PidRef::from_parts(pid, pidfd),
+        })),
+        Ok(Forked::Child) => {
+            // A sentinel already gone means the host stopped us: start nothing.
+            sys::detach_guardian(sentinel_pid)
+                .map_err(|e| RunError::Setup(format!("guardian start-up: {e}")))?;
+            Ok(Split::Guardian(signaller.for_forked_child()))
+        }
+    }
+}
+
+/// In the guardian: the sentinel has died (we were reparented), so the host has
+/// stopped undertaker. Its SIGTERM (PDEATHSIG) is pending too; this is the check
+/// before CMD is spawned, when nothing reads signals yet.
+pub(crate) fn gone(signaller: &Signaller) -> bool {
+    let sentinel = signaller.me().ancestors.first().copied();
+    rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != sentinel
+}
+
+impl Sentinel {
+    /// Relays signals to the guardian until it exits, then returns its exit status.
+    /// A guardian killed by a signal is replaced: its tree is torn down here.
+    pub(crate) fn watch(
+        self,
+        opts: &RunOptions,
+        tree: &TreeId,
+        signaller: Signaller,
+        signals: BlockedSignals,
+    ) -> i32 {
+        let gfd = self.guardian.fd();
+        while !self.guardian.exited() {
+            {
+                let sfd = signals.fd();
+                let mut fds = [
+                    PollFd::new(&sfd, PollFlags::IN),
+                    PollFd::new(&gfd, PollFlags::IN),
+                ];
+                match poll(&mut fds, None) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    // Nothing to wait on: block in waitid below instead of spinning.
+                    Err(_) => break,
+                }
+            }
+            for sig in signals.drain().unwrap_or_default() {
+                // The guardian gives each signal its fate (see `dispositions`); the
+                // ones that tear down reach it as SIGTERM.
+                let relayed = match dispositions::on_signal(sig) {
+                    OnSignal::Reap => continue,
+                    OnSignal::Teardown => Some(Signal::TERM),
+                    OnSignal::Forward => sys::any_signal(sig),
+                };
+                if let Some(sig) = relayed {
+                    let _ = self.guardian.signal_own_child(&signaller, sig);
+                }
+            }
+        }
+        let status = loop {
+            match rustix::process::waitid(WaitId::PidFd(gfd), WaitIdOptions::EXITED) {
+                Ok(Some(st)) => break st,
+                Ok(None) | Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => {
+                    tracing::error!("waiting for the guardian: {e}");
+                    return 125;
+                }
+            }
+        };
+        if let Some(code) = status.exit_status() {
+            return code & 0xff;
+        }
+        let sig = status.terminating_signal().unwrap_or(libc::SIGKILL);
+        tracing::warn!("guardian killed by signal {sig}; tearing tree {tree} down here");
+        take_over(opts, tree, signaller, signals);
+        128 + sig
+    }
+}
+
+/// Tears down the tree of a guardian that died: its orphans are our descendants now
+/// (we are their nearest subreaper), and the cgroup tier's cgroup names the tree.
+fn take_over(opts: &RunOptions, id: &TreeId, signaller: Signaller, signals: BlockedSignals) {
+    let cgroup = cgroup::list_tree_cgroups(signaller.procfs())
+        .into_iter()
+        .find(|found| found.tree == *id)
+        .and_then(|found| CgroupTree::open(&found.path).ok());
+    let mut host = GuardianProcess::adopting(signals);
+    let mut tree = Tree::adopt(opts, id.clone(), &signaller, cgroup);
+    tree.tear_down(Cause::Terminated, &signaller, &mut host);
+    tree.finish();
+    sys::reclaim_foreground(signaller.host_pgrp());
+}
