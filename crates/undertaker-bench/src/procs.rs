@@ -218,6 +218,59 @@ pub fn kill_own_child(child: &mut Child) {
     let _ = child.kill();
 }
 
+/// `kill -9` of every undertaker process of an `undertaker run` the bench started: the
+/// process it started is stopped (so it cannot take over), the guardian it forked is
+/// killed through a pidfd opened while its parent link still named our child, then
+/// the process itself. Its tree is left orphaned, for a sweep to find.
+pub fn kill_undertaker_processes(run: &mut Child) {
+    use rustix::process::{Pid, PidfdFlags, Signal};
+    let wrapper = Pid::from_child(run);
+    let Ok(wfd) = rustix::process::pidfd_open(wrapper, PidfdFlags::empty()) else {
+        return;
+    };
+    let _ = rustix::process::pidfd_send_signal(&wfd, Signal::STOP);
+    let parent_of = |pid: i32| -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 1..]
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let want = wrapper.as_raw_nonzero().get();
+    let pids: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // Its only child is the guardian; once that dies, its orphans become children of
+    // the stopped process too, so the children are listed before anything is killed.
+    let children: Vec<i32> = pids
+        .into_iter()
+        .filter(|&p| parent_of(p) == Some(want))
+        .collect();
+    for pid in children {
+        let Some(fd) = Pid::from_raw(pid)
+            .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok())
+        else {
+            continue;
+        };
+        if parent_of(pid) == Some(want) {
+            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+            let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+            let _ = poll(
+                &mut fds,
+                Some(&rustix::time::Timespec {
+                    tv_sec: 5,
+                    tv_nsec: 0,
+                }),
+            );
+        }
+    }
+    let _ = run.kill();
+}
+
 /// `kill -- -PGID` with SIGTERM, where the group's leader is `leader`, the bench's own
 /// unreaped child started with `process_group(0)`: the group id is still its own.
 pub fn term_own_group(leader: &Child) -> std::io::Result<()> {

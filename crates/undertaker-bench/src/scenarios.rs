@@ -496,7 +496,7 @@ fn orphaned_tree(env: &Env, tag: &str) -> anyhow::Result<Background> {
         .args(fifos.tree_args(3, None, tag))
         .spawn()?;
     let up = reader.wait_ready(&mut guard, UP);
-    procs::kill_own_child(&mut guard);
+    procs::kill_undertaker_processes(&mut guard);
     let _ = guard.wait();
     procs::kill_own_child(&mut owner);
     let _ = owner.wait();
