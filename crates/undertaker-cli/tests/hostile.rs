@@ -689,10 +689,11 @@ fn kill_with_a_stopped_guardian_never_claims_success_while_the_tree_lives() {
     assert!(wait_for_file(&ready, Duration::from_secs(20)));
     let tree = find_tree(&state, "stopped", Duration::from_secs(20)).expect("no tree");
     let id = tree["id"].as_str().unwrap().to_owned();
-    signal_child(&guardian, rustix::process::Signal::STOP);
-    assert!(wait_until(Duration::from_secs(10), || proc_state(
-        guardian.id() as i32
-    ) == Some('T')));
+    // The guardian (the child of the process we started) is the one `kill` signals.
+    let wpid = guardian.id() as i32;
+    let gpid = guardian_of(&guardian).expect("the guardian was forked");
+    assert!(signal_child_of(wpid, gpid, rustix::process::Signal::STOP));
+    assert!(wait_until(Duration::from_secs(10), || proc_state(gpid) == Some('T')));
     let out = ut_within(
         &state,
         &["kill", "--json", "--grace", "300ms", &id],
@@ -702,10 +703,7 @@ fn kill_with_a_stopped_guardian_never_claims_success_while_the_tree_lives() {
     let alive = survivors(&id).len();
     let report = json(&out);
     // Let the guardian finish whatever it was doing before looking at the tree.
-    let _ = rustix::process::kill_process(
-        rustix::process::Pid::from_raw(guardian.id() as i32).unwrap(),
-        rustix::process::Signal::CONT,
-    );
+    let _ = signal_child_of(wpid, gpid, rustix::process::Signal::CONT);
     if out.status.success() {
         assert_eq!(alive, 0, "kill said success, {alive} alive: {report}");
     } else {
@@ -1154,7 +1152,8 @@ fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
         .spawn()
         .unwrap();
     assert!(wait_for_file(&ready, Duration::from_secs(20)));
-    kill9(&mut guardian);
+    // Every undertaker process at once, so the tree is left for the sweep.
+    kill9_all(&mut guardian);
     assert!(wait_until(Duration::from_secs(10), || {
         reap_zombies();
         live_processes_except_self().len() == 2
@@ -1273,7 +1272,8 @@ fn scrubbed_members_of_an_orphaned_cgroup_tree_are_counted_and_listed_once() {
         .spawn()
         .unwrap();
     assert!(wait_for_file(&ready, Duration::from_secs(20)));
-    kill9(&mut guardian);
+    // Every undertaker process at once, so the tree is left for the sweep.
+    kill9_all(&mut guardian);
     assert!(wait_until(Duration::from_secs(10), || {
         reap_zombies();
         live_processes_except_self().len() == 2
