@@ -116,26 +116,15 @@ fn state_dir_check(state_dir: Option<&Path>) -> StateDirCheck {
     }
 }
 
-/// Runs every probe. Creates and removes a probe cgroup and briefly forks children.
-pub fn run(state_dir: Option<&Path>) -> DoctorReport {
-    let kernel = rustix::system::uname()
-        .release()
-        .to_string_lossy()
-        .into_owned();
+/// The pidfd probes: opening one, and what the kernel tells through it.
+fn pidfd_checks() -> Vec<Check> {
     let pidfd = own_pidfd();
-    let mut checks = vec![check(
-        "pidfd_open",
+    let opened = pidfd.as_ref().map(|_| "works".to_string());
+    let info =
         pidfd
             .as_ref()
-            .map(|_| "works".to_string())
-            .map_err(Clone::clone),
-    )];
-    checks.push(check("pidfd_signal_process_group", probe_group_signal()));
-    checks.push(check(
-        "pidfd_get_info",
-        match &pidfd {
-            Err(e) => Err(e.clone()),
-            Ok(fd) => match sys::pidfd_get_info(fd.as_fd()) {
+            .map_err(Clone::clone)
+            .and_then(|fd| match sys::pidfd_get_info(fd.as_fd()) {
                 Ok(Some(info)) => Ok(format!(
                     "works (cgroup id {})",
                     if info.cgroup_id.is_some() {
@@ -146,24 +135,50 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
                 )),
                 Ok(None) => Err("not supported by this kernel (needs Linux 6.13)".into()),
                 Err(e) => Err(format!("ioctl failed: {e}")),
-            },
-        },
-    ));
-    checks.push(check(
-        "pidfs",
-        match &pidfd {
-            Err(e) => Err(e.clone()),
+            });
+    let pidfs = pidfd.as_ref().map_err(Clone::clone).and_then(|fd| {
+        match rustix::fs::fstatfs(fd) {
             // f_type's width differs between architectures.
             #[allow(clippy::unnecessary_cast)]
-            Ok(fd) => match rustix::fs::fstatfs(fd) {
-                Ok(fs) if fs.f_type as i64 == 0x5049_4446 => {
-                    Ok("pidfds are pidfs inodes (unique per boot)".into())
-                }
-                Ok(_) => Err("pidfds are anonymous inodes (Linux < 6.9)".into()),
-                Err(e) => Err(format!("fstatfs failed: {e}")),
-            },
-        },
-    ));
+            Ok(fs) if fs.f_type as i64 == 0x5049_4446 => {
+                Ok("pidfds are pidfs inodes (unique per boot)".into())
+            }
+            Ok(_) => Err("pidfds are anonymous inodes (Linux < 6.9)".into()),
+            Err(e) => Err(format!("fstatfs failed: {e}")),
+        }
+    });
+    vec![
+        check("pidfd_open", opened.map_err(Clone::clone)),
+        check("pidfd_signal_process_group", probe_group_signal()),
+        check("pidfd_get_info", info),
+        check("pidfs", pidfs),
+    ]
+}
+
+fn probe_namespaces() -> Result<String, String> {
+    pidns::probe().map(|()| {
+        if rustix::process::geteuid().is_root() {
+            "pid+mount namespaces (as root, no user namespace needed)".to_string()
+        } else {
+            "user+pid+mount namespaces".to_string()
+        }
+    })
+}
+
+fn probe_subreaper() -> Result<String, String> {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .and_then(|()| rustix::process::set_child_subreaper(None))
+        .map(|()| "PR_SET_CHILD_SUBREAPER works".to_string())
+        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER failed: {e}"))
+}
+
+/// Runs every probe. Creates and removes a probe cgroup and briefly forks children.
+pub fn run(state_dir: Option<&Path>) -> DoctorReport {
+    let kernel = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut checks = pidfd_checks();
     let mount = std::fs::read_to_string("/proc/self/mountinfo")
         .ok()
         .and_then(|t| cgroup::parse_cgroup2_mount(&t));
@@ -175,18 +190,9 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
     ));
     let cgroup = probe_cgroup();
     checks.push(check("cgroup2_writable", cgroup.clone()));
-    let namespaces = pidns::probe().map(|()| {
-        if rustix::process::geteuid().is_root() {
-            "pid+mount namespaces (as root, no user namespace needed)".to_string()
-        } else {
-            "user+pid+mount namespaces".to_string()
-        }
-    });
+    let namespaces = probe_namespaces();
     checks.push(check("user_pid_namespaces", namespaces.clone()));
-    let subreaper = rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .and_then(|()| rustix::process::set_child_subreaper(None))
-        .map(|()| "PR_SET_CHILD_SUBREAPER works".to_string())
-        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER failed: {e}"));
+    let subreaper = probe_subreaper();
     checks.push(check("subreaper", subreaper.clone()));
 
     let tier = |tier, r: &Result<String, String>| TierCheck {

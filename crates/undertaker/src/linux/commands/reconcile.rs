@@ -359,21 +359,7 @@ fn sweep_tree(
     let label = rec.and_then(|r| r.label.clone());
     let mut lock = match guardian_state(ctx, id, rec) {
         GuardianState::Unknown => return Ok(None),
-        GuardianState::Alive => {
-            let owner_dead = rec.and_then(|r| owner_alive(ctx.procfs(), &r.owner)) == Some(false);
-            if !owner_dead {
-                return Ok(None);
-            }
-            return Ok(Some(TreeSweep {
-                id: id.into(),
-                label,
-                action: SweepAction::LeftAlone,
-                reason: "owner is gone but the guardian is alive and tears the tree down itself"
-                    .into(),
-                targets: vec![],
-                left_alive: 0,
-            }));
-        }
+        GuardianState::Alive => return Ok(left_alone_if_owner_gone(ctx, id, rec, label)),
         GuardianState::Dead(lock) => lock,
     };
     let me = ctx.signaller.me();
@@ -427,20 +413,7 @@ fn sweep_tree(
             .to_string()
     };
     if dry_run {
-        let members = source.members(&ctx.signaller);
-        let mut targets = dry_run_targets(&members);
-        if let Some(cg) = cgroup_sweep {
-            // A marked member in the cgroup is one process, listed once.
-            for t in cg.targets {
-                if !targets.iter().any(|x| x.pid == t.pid) {
-                    targets.push(t);
-                }
-            }
-        }
-        let left_alive = targets
-            .iter()
-            .filter(|t| matches!(t.outcome, TargetOutcome::WouldSignal))
-            .count();
+        let (targets, left_alive) = dry_sweep(ctx, &mut source, cgroup_sweep);
         return Ok(Some(TreeSweep {
             id: id.into(),
             label,
@@ -450,7 +423,79 @@ fn sweep_tree(
             targets,
         }));
     }
+    let (targets, left_alive) =
+        tear_down_by_marker(ctx, id, actor, &reason, grace, &mut source, cgroup_sweep);
+    finish_record(ctx, id, rec, info.as_ref());
+    if left_alive == 0 {
+        if let Some(l) = lock.take() {
+            l.remove();
+        }
+    }
+    Ok(Some(TreeSweep {
+        id: id.into(),
+        label,
+        action: SweepAction::Swept,
+        reason,
+        targets,
+        left_alive,
+    }))
+}
 
+/// A tree whose guardian is alive is its guardian's; it is reported only when its
+/// owner is gone (the guardian tears it down itself).
+fn left_alone_if_owner_gone(
+    ctx: &Context,
+    id: &str,
+    rec: Option<&TreeRecord>,
+    label: Option<String>,
+) -> Option<TreeSweep> {
+    let owner_dead = rec.and_then(|r| owner_alive(ctx.procfs(), &r.owner)) == Some(false);
+    owner_dead.then(|| TreeSweep {
+        id: id.into(),
+        label,
+        action: SweepAction::LeftAlone,
+        reason: "owner is gone but the guardian is alive and tears the tree down itself".into(),
+        targets: vec![],
+        left_alive: 0,
+    })
+}
+
+/// What a dry run of one tree would signal: its marked members, then its cgroup's.
+fn dry_sweep(
+    ctx: &Context,
+    source: &mut MarkerSource<'_>,
+    cgroup_sweep: Option<TreeSweep>,
+) -> (Vec<SweepTarget>, usize) {
+    let members = source.members(&ctx.signaller);
+    let mut targets = dry_run_targets(&members);
+    if let Some(cg) = cgroup_sweep {
+        // A marked member in the cgroup is one process, listed once.
+        for t in cg.targets {
+            if !targets.iter().any(|x| x.pid == t.pid) {
+                targets.push(t);
+            }
+        }
+    }
+    let left_alive = targets
+        .iter()
+        .filter(|t| matches!(t.outcome, TargetOutcome::WouldSignal))
+        .count();
+    (targets, left_alive)
+}
+
+/// Tears a dead guardian's tree down by marker (its cgroup, if any, was swept
+/// already), with notes before and after in the audit log. Returns the targets and
+/// how many guarded processes are left alive.
+fn tear_down_by_marker(
+    ctx: &Context,
+    id: &str,
+    actor: &str,
+    reason: &str,
+    grace: Duration,
+    source: &mut MarkerSource<'_>,
+    cgroup_sweep: Option<TreeSweep>,
+) -> (Vec<SweepTarget>, usize) {
+    let me = ctx.signaller.me();
     let registry = &ctx.registry;
     let note = |message: String| {
         let _ = registry.append_audit(&AuditEntry {
@@ -468,7 +513,7 @@ fn sweep_tree(
             tracing::warn!("audit log: {e}");
         }
     };
-    let report = escalation.run(&ctx.signaller, &mut source, &mut audit);
+    let report = escalation.run(&ctx.signaller, source, &mut audit);
     let mut left_alive = marker_scan(ctx.procfs(), me.uid)
         .get(id)
         .map_or(0, Vec::len);
@@ -481,20 +526,7 @@ fn sweep_tree(
         "{actor}: done, {} target(s), {left_alive} left alive",
         report.targets.len()
     ));
-    finish_record(ctx, id, rec, info.as_ref());
-    if left_alive == 0 {
-        if let Some(l) = lock.take() {
-            l.remove();
-        }
-    }
-    Ok(Some(TreeSweep {
-        id: id.into(),
-        label,
-        action: SweepAction::Swept,
-        reason,
-        targets,
-        left_alive,
-    }))
+    (targets, left_alive)
 }
 
 /// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup, then
@@ -766,109 +798,8 @@ pub fn kill(
         });
     }
     if let (Some(r), GuardianState::Alive) = (rec, guardian_state(ctx, id, rec)) {
-        let me = ctx.signaller.me();
-        let expected = Identity {
-            boot_id: r.boot_id.clone(),
-            pid: r.guardian.pid,
-            starttime: r.guardian.starttime,
-            pgid: r.guardian.pgid,
-            sid: 0,
-            uid: me.uid,
-            pidfs_inode: r.guardian.pidfs_inode,
-        };
-        let mut unresponsive = false;
-        let refusal = match ctx.signaller.prove_by_snapshot(&expected) {
-            Ok(guardian) => {
-                // A stopped guardian would hold SIGTERM pending forever: continue it
-                // too (a stopped guardian is not a finished tree).
-                let stopped = matches!(guardian.state, 'T' | 't');
-                let signals: &[(rustix::process::Signal, &'static str)] = if stopped {
-                    &[
-                        (rustix::process::Signal::TERM, "SIGTERM"),
-                        (rustix::process::Signal::CONT, "SIGCONT"),
-                    ]
-                } else {
-                    &[(rustix::process::Signal::TERM, "SIGTERM")]
-                };
-                for &(sig, name) in signals {
-                    let event = match ctx.signaller.signal(&guardian, sig) {
-                        Ok(delivery) => AuditEvent::Signal {
-                            target: guardian.identity.clone(),
-                            signal: name,
-                            proof: guardian.proof.clone(),
-                            delivery,
-                        },
-                        Err(r) => AuditEvent::Refusal {
-                            pid: guardian.pid(),
-                            refusal: r,
-                        },
-                    };
-                    let _ = ctx.registry.append_audit(&audit_entry(id, "kill", &event));
-                }
-                // The guardian needs grace + its kill cap; give it generous slack.
-                let deadline = Instant::now() + grace + KILL_CAP + Duration::from_secs(10);
-                while !guardian.has_exited() && Instant::now() < deadline {
-                    let fd = guardian.pidfd();
-                    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-                    poll_until(&mut fds, Some(Instant::now() + Duration::from_millis(100)));
-                }
-                unresponsive = !guardian.has_exited();
-                None
-            }
-            Err(NotProven::Gone) => None,
-            Err(NotProven::Refused(r)) => Some(r),
-        };
-        if let Some(r) = refusal {
-            let _ = ctx.registry.append_audit(&audit_entry(
-                id,
-                "kill",
-                &AuditEvent::Refusal {
-                    pid: expected.pid,
-                    refusal: r.clone(),
-                },
-            ));
-            return Ok(TreeSweep {
-                id: id.into(),
-                label,
-                action: SweepAction::Refused,
-                reason: format!("guardian not proven: {r}"),
-                targets: vec![refused_target(expected.pid, &r)],
-                left_alive: marker_scan(ctx.procfs(), me.uid)
-                    .get(id)
-                    .map_or(0, Vec::len),
-            });
-        }
-        let now = ctx.registry.tree(id)?;
-        if now
-            .as_ref()
-            .is_some_and(|t| t.state == StoredState::Finished)
-        {
-            return Ok(TreeSweep {
-                id: id.into(),
-                label,
-                action: SweepAction::GuardianTerminated,
-                reason: "the guardian tore the tree down".into(),
-                targets: vec![],
-                left_alive: marker_scan(ctx.procfs(), me.uid)
-                    .get(id)
-                    .map_or(0, Vec::len),
-            });
-        }
-        if unresponsive {
-            // Alive and holding its lock, so its tree is not ours to sweep: say so,
-            // with the true count, rather than claim success.
-            return Ok(TreeSweep {
-                id: id.into(),
-                label,
-                action: SweepAction::GuardianUnresponsive,
-                reason: format!(
-                    "the guardian (pid {}) did not finish within {} s of SIGTERM",
-                    expected.pid,
-                    (grace + KILL_CAP + Duration::from_secs(10)).as_secs()
-                ),
-                targets: vec![],
-                left_alive: live_count(ctx, id, now.as_ref().or(Some(r))),
-            });
+        if let Some(done) = kill_live_guardian(ctx, id, r, label.clone(), grace)? {
+            return Ok(done);
         }
         // The guardian died without finishing: fall through and sweep.
     }
@@ -892,4 +823,131 @@ pub fn kill(
             left_alive: live_count(ctx, id, rec_now.as_ref().or(rec)),
         }),
     }
+}
+
+/// `kill` of a tree whose guardian is alive: the guardian, proven by its recorded
+/// identity, is asked to tear down and awaited. `None`: it died without finishing,
+/// so the caller sweeps.
+fn kill_live_guardian(
+    ctx: &Context,
+    id: &str,
+    r: &TreeRecord,
+    label: Option<String>,
+    grace: Duration,
+) -> Result<Option<TreeSweep>, RegistryError> {
+    let me = ctx.signaller.me();
+    let expected = Identity {
+        boot_id: r.boot_id.clone(),
+        pid: r.guardian.pid,
+        starttime: r.guardian.starttime,
+        pgid: r.guardian.pgid,
+        sid: 0,
+        uid: me.uid,
+        pidfs_inode: r.guardian.pidfs_inode,
+    };
+    let mut unresponsive = false;
+    let refusal = match ctx.signaller.prove_by_snapshot(&expected) {
+        Ok(guardian) => {
+            unresponsive = !terminate_guardian(ctx, id, &guardian, grace);
+            None
+        }
+        Err(NotProven::Gone) => None,
+        Err(NotProven::Refused(r)) => Some(r),
+    };
+    if let Some(r) = refusal {
+        let _ = ctx.registry.append_audit(&audit_entry(
+            id,
+            "kill",
+            &AuditEvent::Refusal {
+                pid: expected.pid,
+                refusal: r.clone(),
+            },
+        ));
+        return Ok(Some(TreeSweep {
+            id: id.into(),
+            label,
+            action: SweepAction::Refused,
+            reason: format!("guardian not proven: {r}"),
+            targets: vec![refused_target(expected.pid, &r)],
+            left_alive: marker_scan(ctx.procfs(), me.uid)
+                .get(id)
+                .map_or(0, Vec::len),
+        }));
+    }
+    let now = ctx.registry.tree(id)?;
+    if now
+        .as_ref()
+        .is_some_and(|t| t.state == StoredState::Finished)
+    {
+        return Ok(Some(TreeSweep {
+            id: id.into(),
+            label,
+            action: SweepAction::GuardianTerminated,
+            reason: "the guardian tore the tree down".into(),
+            targets: vec![],
+            left_alive: marker_scan(ctx.procfs(), me.uid)
+                .get(id)
+                .map_or(0, Vec::len),
+        }));
+    }
+    if unresponsive {
+        // Alive and holding its lock, so its tree is not ours to sweep: say so,
+        // with the true count, rather than claim success.
+        return Ok(Some(TreeSweep {
+            id: id.into(),
+            label,
+            action: SweepAction::GuardianUnresponsive,
+            reason: format!(
+                "the guardian (pid {}) did not finish within {} s of SIGTERM",
+                expected.pid,
+                guardian_patience(grace).as_secs()
+            ),
+            targets: vec![],
+            left_alive: live_count(ctx, id, now.as_ref().or(Some(r))),
+        }));
+    }
+    Ok(None)
+}
+
+/// How long `kill` waits for a live guardian: its grace and kill cap, plus generous
+/// slack.
+fn guardian_patience(grace: Duration) -> Duration {
+    grace + KILL_CAP + Duration::from_secs(10)
+}
+
+/// Sends a proven guardian SIGTERM (and SIGCONT when it is stopped: a stopped
+/// guardian would hold SIGTERM pending forever), then waits for it to exit, up to its
+/// grace and kill cap plus generous slack. True if it exited.
+fn terminate_guardian(ctx: &Context, id: &str, guardian: &ProvenProcess, grace: Duration) -> bool {
+    let stopped = matches!(guardian.state, 'T' | 't');
+    let signals: &[(rustix::process::Signal, &'static str)] = if stopped {
+        &[
+            (rustix::process::Signal::TERM, "SIGTERM"),
+            (rustix::process::Signal::CONT, "SIGCONT"),
+        ]
+    } else {
+        &[(rustix::process::Signal::TERM, "SIGTERM")]
+    };
+    for &(sig, name) in signals {
+        let event = match ctx.signaller.signal(guardian, sig) {
+            Ok(delivery) => AuditEvent::Signal {
+                target: guardian.identity.clone(),
+                signal: name,
+                proof: guardian.proof.clone(),
+                delivery,
+            },
+            Err(r) => AuditEvent::Refusal {
+                pid: guardian.pid(),
+                refusal: r,
+            },
+        };
+        let _ = ctx.registry.append_audit(&audit_entry(id, "kill", &event));
+    }
+    let deadline = Instant::now() + guardian_patience(grace);
+    while !guardian.has_exited() && Instant::now() < deadline {
+        let fd = guardian.pidfd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        poll_until(&mut fds, Some(Instant::now() + Duration::from_millis(100)));
+    }
+    guardian.has_exited()
 }
