@@ -1371,3 +1371,94 @@ fn stranger_joining_cmd_group_under_a_terminal_is_never_signalled() {
     );
     assert_nothing_left();
 }
+
+// ---------------------------------------------------------------------------------
+// Tree ids: the part people see (a `kill` prefix, `log`'s 12 characters) is random.
+
+#[test]
+fn tree_ids_begin_with_their_random_part() {
+    if !isolate("tree_ids_begin_with_their_random_part") {
+        return;
+    }
+    let scratch = Scratch::new("ids");
+    let state = scratch.path().join("state");
+    for _ in 0..3 {
+        let out = ut_within(
+            &state,
+            &["run", "--", "sh", "-c", "setsid sleep 1000 & exit 0"],
+            Duration::from_secs(20),
+        )
+        .unwrap();
+        assert!(out.status.success());
+    }
+    let ps = json(&ut(&state, &["ps", "--all", "--json"]));
+    let ids: Vec<String> = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    let mut prefixes: Vec<&str> = ids.iter().map(|i| &i[..8]).collect();
+    prefixes.sort_unstable();
+    prefixes.dedup();
+    assert_eq!(prefixes.len(), 3, "8-character prefixes collide: {ids:?}");
+    // Any 8-character prefix names its tree.
+    let out = ut(&state, &["log", "--tree", &ids[0][..8]]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // `log` shows 12 characters of each id: all different.
+    let log = text(&ut(&state, &["log"]).stdout);
+    let shown: std::collections::BTreeSet<&str> = log
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(shown.len(), 3, "{log}");
+    assert_nothing_left();
+}
+
+// ---------------------------------------------------------------------------------
+// Subreaper tier, guardian `kill -9`: a member that scrubbed its environment is still
+// swept while its (marked) parent lives: it is proven by parentage.
+
+#[test]
+fn sweep_follows_scrubbed_children_of_marked_members() {
+    if !isolate("sweep_follows_scrubbed_children_of_marked_members") {
+        return;
+    }
+    let scratch = Scratch::new("parentage");
+    let state = scratch.path().join("state");
+    let ready = scratch.path().join("ready");
+    let mut guardian = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--tier", "subreaper", "--", "sh", "-c"])
+        .arg(format!(
+            "sh -c 'env -i sleep 1000 & env -i setsid sleep 1000 & wait' & sleep 0.2; echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    kill9(&mut guardian);
+    // CMD dies with its guardian (PDEATHSIG); the inner shell and its two scrubbed
+    // children stay.
+    assert!(wait_until(Duration::from_secs(10), || {
+        reap_zombies();
+        live_processes_except_self().len() == 3
+    }));
+    let out = ut_within(
+        &state,
+        &["sweep", "--grace", "300ms"],
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(
+        left.is_empty(),
+        "sweep left {left:#?}\n{}",
+        text(&out.stdout)
+    );
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}

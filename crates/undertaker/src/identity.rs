@@ -17,8 +17,10 @@ pub struct Identity {
     pub pidfs_inode: Option<u64>,
 }
 
-/// A guarded tree's id: 8 hex digits of the boot id and 24 random ones, so a process
-/// carrying it in `UNDERTAKER_TREE` can only have inherited it from that tree.
+/// A guarded tree's id: 24 random hex digits, then 8 of the boot id, so a process
+/// carrying it in `UNDERTAKER_TREE` can only have inherited it from that tree. The
+/// random part comes first: every prefix a person types or reads (`kill abcd`, the
+/// 12 characters `log` shows) is random, not the same boot id for every tree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TreeId(String);
@@ -29,18 +31,20 @@ pub const TREE_MARKER: &str = "UNDERTAKER_TREE";
 impl TreeId {
     pub const LEN: usize = 32;
 
-    /// Builds a fresh id from the boot id and 12 random bytes.
+    /// Builds a fresh id from 12 random bytes and the boot id.
     pub fn generate(boot_id: &str, random: [u8; 12]) -> Self {
-        let mut s: String = boot_id
+        let mut s = String::with_capacity(Self::LEN);
+        for b in random {
+            s.push_str(&format!("{b:02x}"));
+        }
+        let boot: String = boot_id
             .chars()
             .filter(|c| c.is_ascii_hexdigit())
             .take(8)
             .collect();
-        while s.len() < 8 {
+        s.push_str(&boot);
+        while s.len() < Self::LEN {
             s.push('0');
-        }
-        for b in random {
-            s.push_str(&format!("{b:02x}"));
         }
         Self(s.to_ascii_lowercase())
     }
@@ -70,7 +74,8 @@ mod tests {
     fn generated_ids_parse_back() {
         let id = TreeId::generate("4f1c2a3b-0000-1111-2222-333344445555", [0xab; 12]);
         assert_eq!(id.as_str().len(), TreeId::LEN);
-        assert!(id.as_str().starts_with("4f1c2a3b"));
+        assert!(id.as_str().starts_with(&"ab".repeat(12)));
+        assert!(id.as_str().ends_with("4f1c2a3b"));
         assert_eq!(TreeId::parse(id.as_str()), Some(id));
     }
 

@@ -259,9 +259,26 @@ impl MarkerSource<'_> {
 impl TreeSource for MarkerSource<'_> {
     fn members(&mut self, signaller: &Signaller) -> Members {
         let (tree, not_before) = (self.tree.clone(), self.not_before);
-        Members::collect(self.candidates(), |pid| {
+        let mut members = Members::collect(self.candidates(), |pid| {
             signaller.prove_by_marker(pid, &tree, not_before)
-        })
+        });
+        // A live child of a proven member is a member by parentage, marker or not
+        // (proven while its parent is still alive, so its ppid means that parent):
+        // this finds members that scrubbed their environment while their parent lives.
+        let mut seen: std::collections::HashSet<i32> =
+            members.proven.iter().map(|p| p.pid()).collect();
+        let mut next = 0;
+        while next < members.proven.len() {
+            let parent_pid = members.proven[next].pid();
+            for child in self.procfs.children(parent_pid).unwrap_or_default() {
+                if seen.insert(child) {
+                    let proven = signaller.prove_child(Some(&members.proven[next]), child);
+                    members.add(child, proven);
+                }
+            }
+            next += 1;
+        }
+        members
     }
 
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
