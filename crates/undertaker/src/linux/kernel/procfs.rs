@@ -174,6 +174,15 @@ pub fn parse_cgroup_v2(text: &str) -> Option<String> {
         .map(|p| p.trim_end().to_owned())
 }
 
+/// /proc/PID/task/TID/children: space separated pids, possibly trailing space/newline. Ignore empty tokens; malformed token -> error.
+pub fn parse_children(text: &str) -> Result<Vec<i32>, ProcError> {
+    text.split_ascii_whitespace()
+        .map(|tok| {
+            parse_pid(tok).ok_or_else(|| malformed("children", format!("bad pid {}", snippet(tok))))
+        })
+        .collect()
+}
+
 /// /proc/sys/kernel/random/boot_id: a UUID line like "4f1c...-....\n". Return it trimmed, lowercase; validate it is 36 chars of hex and dashes in UUID layout.
 ///
 /// The boot id scopes `(pid, starttime)` identities to one boot, so a
@@ -198,6 +207,9 @@ const ESRCH: i32 = 3;
 const SMALL_FILE_CAP: usize = 1 << 20;
 /// Environments larger than this are not worth scanning for our marker.
 const ENVIRON_CAP: usize = 4 << 20;
+
+/// pid_max (4M) pids of up to 8 bytes each fit comfortably.
+const CHILDREN_CAP: usize = 64 << 20;
 
 fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(ESRCH)
@@ -344,6 +356,70 @@ impl Procfs {
     /// The cgroup v2 path of `pid`, relative to our cgroup namespace root.
     pub fn cgroup_v2_path(&self, pid: i32) -> Result<Option<String>, ProcError> {
         Ok(parse_cgroup_v2(&self.read_small(pid, "cgroup", "cgroup")?))
+    }
+
+    /// Children of every thread of `pid` (reads /proc/PID/task/*/children, union, deduplicated, sorted). If the children files do not exist (CONFIG_PROC_CHILDREN off), fall back to scanning all pids and selecting stat.ppid == pid.
+    ///
+    /// Each thread has its own children file because the parent of a child
+    /// is the thread that forked it.
+    pub fn children(&self, pid: i32) -> Result<Vec<i32>, ProcError> {
+        let task_dir = self.pid_dir(pid).join("task");
+        let entries = fs::read_dir(&task_dir).map_err(|e| map_io(pid, &task_dir, &e))?;
+        let mut kids = Vec::new();
+        let mut read_any = false;
+        for entry in entries {
+            let entry = entry.map_err(|e| map_io(pid, &task_dir, &e))?;
+            let Some(tid) = entry.file_name().to_str().and_then(parse_pid) else {
+                continue;
+            };
+            let thread_dir = task_dir.join(tid.to_string());
+            let path = thread_dir.join("children");
+            match read_capped(&path, CHILDREN_CAP) {
+                Ok((_, true)) => {
+                    return Err(malformed(
+                        "children",
+                        format!("larger than {CHILDREN_CAP} bytes"),
+                    ))
+                }
+                Ok((bytes, false)) => {
+                    read_any = true;
+                    kids.extend(parse_children(&String::from_utf8_lossy(&bytes))?);
+                }
+                // The thread directory is there but the file is not: the
+                // kernel was built without CONFIG_PROC_CHILDREN.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && thread_dir.exists() => {
+                    tracing::debug!(pid, "no task children files; scanning all processes");
+                    return self.children_by_scan(pid);
+                }
+                // That thread exited meanwhile; its children were handed to
+                // a sibling thread or reparented, either way not lost to us.
+                Err(e) if is_gone(&e) => continue,
+                Err(e) => return Err(map_io(pid, &path, &e)),
+            }
+        }
+        if !read_any {
+            if let Err(e) = fs::symlink_metadata(self.pid_dir(pid)) {
+                return Err(map_io(pid, &self.pid_dir(pid), &e));
+            }
+        }
+        kids.sort_unstable();
+        kids.dedup();
+        Ok(kids)
+    }
+
+    /// Slow path: one stat read per process on the system.
+    fn children_by_scan(&self, pid: i32) -> Result<Vec<i32>, ProcError> {
+        let mut kids = Vec::new();
+        for candidate in self.pids()? {
+            match self.stat(candidate) {
+                Ok(stat) if stat.ppid == pid => kids.push(candidate),
+                Ok(_) => {}
+                // Exited during the scan, or hidden by hidepid: not ours to count.
+                Err(ProcError::Gone(_) | ProcError::Denied(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(kids)
     }
 
     pub fn boot_id(&self) -> Result<String, ProcError> {
