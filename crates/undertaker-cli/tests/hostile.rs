@@ -1441,7 +1441,8 @@ fn sweep_follows_scrubbed_children_of_marked_members() {
         .spawn()
         .unwrap();
     assert!(wait_for_file(&ready, Duration::from_secs(20)));
-    kill9(&mut guardian);
+    // Every undertaker process at once, so the tree is left for the sweep.
+    kill9_all(&mut guardian);
     // CMD dies with its guardian (PDEATHSIG); the inner shell and its two scrubbed
     // children stay.
     assert!(wait_until(Duration::from_secs(10), || {
