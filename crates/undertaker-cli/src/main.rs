@@ -45,6 +45,9 @@ struct Cli {
 enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
+    /// One guardian for many trees: a host registers the groups it spawned, or asks
+    /// for spawns, over standard input (protocol: docs/SUPERVISE.md).
+    Supervise(SuperviseArgs),
     /// List guarded trees.
     Ps(PsArgs),
     /// Finish the job of dead guardians: tear down their trees, with proof.
@@ -86,6 +89,25 @@ struct RunArgs {
         value_name = "CMD"
     )]
     command: Vec<OsString>,
+}
+
+#[derive(clap::Args, Debug)]
+struct SuperviseArgs {
+    /// Default name of the trees it creates, shown by `undertaker ps`.
+    #[arg(long)]
+    label: Option<String>,
+    /// How long each tree gets between SIGTERM and SIGKILL (e.g. 300ms, 2s).
+    #[arg(long, default_value = "2s", value_parser = parse_grace)]
+    grace: std::time::Duration,
+    /// The owner is this process instead of the supervisor's parent.
+    #[arg(long, value_name = "PID", conflicts_with = "owner_fd", value_parser = parse_pid)]
+    owner: Option<i32>,
+    /// The owner holds the write end of this inherited pipe; end of file = owner gone.
+    #[arg(long, value_name = "N", value_parser = parse_fd)]
+    owner_fd: Option<i32>,
+    /// Containment mechanism (pidns is refused: it is one namespace per `run`).
+    #[arg(long, value_enum, default_value = "auto")]
+    tier: TierArg,
 }
 
 #[derive(clap::Args, Debug)]
@@ -245,6 +267,7 @@ fn main() -> ExitCode {
     init_logging();
     let code = match cli.command {
         Command::Run(args) => cmd_run(args, cli.state_dir),
+        Command::Supervise(args) => cmd_supervise(args, cli.state_dir),
         Command::Ps(args) => reconcile::cmd_ps(args, cli.state_dir),
         Command::Sweep(args) => reconcile::cmd_sweep(args, cli.state_dir),
         Command::Kill(args) => reconcile::cmd_kill(args, cli.state_dir),
@@ -281,6 +304,32 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
         state_dir,
     };
     match undertaker::run(&opts) {
+        Ok(code) => code,
+        Err(e) => {
+            errln!("undertaker: {}", printable::line(&e.to_string()));
+            e.exit_code()
+        }
+    }
+}
+
+fn cmd_supervise(args: SuperviseArgs, state_dir: Option<PathBuf>) -> i32 {
+    if args.label.as_ref().is_some_and(|l| l.len() > MAX_LABEL) {
+        errln!("undertaker: --label is too long; at most {MAX_LABEL} bytes are allowed");
+        return 2;
+    }
+    let owner = match (args.owner, args.owner_fd) {
+        (Some(pid), _) => OwnerSpec::Pid(pid),
+        (None, Some(fd)) => OwnerSpec::Fd(fd),
+        (None, None) => OwnerSpec::Parent,
+    };
+    let opts = undertaker::SuperviseOptions {
+        label: args.label,
+        grace: args.grace,
+        owner,
+        tier: args.tier.into(),
+        state_dir,
+    };
+    match undertaker::supervise(&opts) {
         Ok(code) => code,
         Err(e) => {
             errln!("undertaker: {}", printable::line(&e.to_string()));

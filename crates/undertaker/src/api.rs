@@ -26,6 +26,19 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     }
 }
 
+/// Serves `undertaker supervise` on standard input and output, taking over the calling
+/// process like [`run`], until the input ends, the owner dies or SIGTERM; every tree
+/// is then torn down. Returns the status to exit with (0).
+pub fn supervise(opts: &crate::SuperviseOptions) -> Result<i32, RunError> {
+    #[cfg(target_os = "linux")]
+    return crate::linux::commands::supervise::run(opts);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = opts;
+        Err(RunError::Unsupported)
+    }
+}
+
 /// The guarded trees of `state_dir` (`None`: the default), with finished ones if `all`.
 pub fn ps(state_dir: Option<&Path>, all: bool) -> Result<Vec<PsRow>, Error> {
     #[cfg(target_os = "linux")]

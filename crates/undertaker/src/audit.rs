@@ -21,6 +21,12 @@ pub enum Proof {
     /// The kernel placed it in the tree's cgroup: cgroup membership is inherited by
     /// every fork and cannot be left without write access to another cgroup.
     Cgroup { path: std::path::PathBuf },
+    /// The owner handed it over (`supervise`'s `register`/`adopt`): its parent, read
+    /// after the pidfd was opened, is the owner, whose pidfd was still alive afterwards.
+    OwnerChild { owner: i32 },
+    /// It is in the process group of a proven leader that was still alive after the
+    /// group was read, so the group number still named the leader's group.
+    Group { leader: i32 },
 }
 
 impl Proof {
@@ -30,6 +36,8 @@ impl Proof {
             Proof::Marker { .. } => "pidfd+marker",
             Proof::Snapshot => "pidfd+snapshot",
             Proof::Cgroup { .. } => "pidfd+cgroup",
+            Proof::OwnerChild { .. } => "pidfd+owner-child",
+            Proof::Group { .. } => "pidfd+group",
         }
     }
 }

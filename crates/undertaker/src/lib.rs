@@ -21,7 +21,7 @@ pub mod registry;
 pub mod report;
 pub mod selector;
 
-pub use api::{doctor, kill, log, ps, run, sweep};
+pub use api::{doctor, kill, log, ps, run, supervise, sweep};
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod testing;
@@ -75,6 +75,18 @@ pub struct RunOptions {
     pub owner: OwnerSpec,
     pub tier: Tier,
     /// Registry location; `None` = `$UNDERTAKER_STATE_DIR`, XDG state, `~/.local/state`.
+    pub state_dir: Option<std::path::PathBuf>,
+}
+
+/// Options of `undertaker supervise` (docs/SUPERVISE.md).
+#[derive(Debug, Clone)]
+pub struct SuperviseOptions {
+    /// Default label of the trees it creates.
+    pub label: Option<String>,
+    pub grace: Duration,
+    pub owner: OwnerSpec,
+    /// `auto`, `cgroup` or `subreaper`.
+    pub tier: Tier,
     pub state_dir: Option<std::path::PathBuf>,
 }
 

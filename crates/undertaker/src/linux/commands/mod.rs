@@ -6,4 +6,5 @@ pub mod guardian;
 pub mod reconcile;
 pub mod record;
 pub(crate) mod sentinel;
+pub mod supervise;
 pub mod tree;

@@ -117,6 +117,17 @@ fn current_mount() -> Result<CgroupMount, String> {
     parse_cgroup2_mount(&text).ok_or_else(|| "no cgroup2 filesystem is mounted".into())
 }
 
+/// The cgroup directory `pid` is in now.
+pub fn dir_of_process(procfs: &Procfs, pid: i32) -> Option<PathBuf> {
+    let rel = procfs.cgroup_v2_path(pid).ok()??;
+    current_mount().ok()?.dir_of(&rel)
+}
+
+/// Writes `pid` to `dir`'s cgroup.procs.
+pub fn move_to(dir: &Path, pid: i32) -> io::Result<()> {
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string())
+}
+
 fn writable(path: &Path) -> bool {
     rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_ok()
 }
@@ -342,6 +353,12 @@ impl CgroupTree {
             }
         }
         members
+    }
+
+    /// Moves the process `pid` names into this cgroup. Only sound for a number that is
+    /// pinned: the caller checks its pidfd is still alive afterwards.
+    pub fn move_in(&self, pid: i32) -> io::Result<()> {
+        move_to(&self.path, pid)
     }
 
     /// Writes "1" to cgroup.kill (Linux ≥ 5.14): the kernel SIGKILLs every member,

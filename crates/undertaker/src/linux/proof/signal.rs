@@ -38,6 +38,18 @@ impl ProvenProcess {
     pub fn has_exited(&self) -> bool {
         readable_now(self.fd.as_fd())
     }
+
+    /// The same proven process through a second pidfd (a pidfd names one process for
+    /// its whole life, so the proof carries over).
+    pub fn try_clone(&self) -> Option<Self> {
+        Some(Self {
+            fd: self.fd.try_clone().ok()?,
+            identity: self.identity.clone(),
+            ppid: self.ppid,
+            state: self.state,
+            proof: self.proof.clone(),
+        })
+    }
 }
 
 /// Why a candidate was not proven: it is gone (nothing to do), or it was refused.
@@ -260,6 +272,66 @@ impl Signaller {
         }
         ladder::check_process(&self.me, &opened.live, None)?;
         Ok(opened.proven(Proof::Descendant { parent: parent_pid }))
+    }
+
+    /// Proves `pid` is a child of the owner (`owner_pid`, pinned by `owner_fd`) and ours
+    /// by uid: what `supervise` demands of a process the host hands over.
+    pub fn prove_owner_child(
+        &self,
+        pid: i32,
+        owner_pid: i32,
+        owner_fd: BorrowedFd<'_>,
+    ) -> Result<ProvenProcess, NotProven> {
+        let opened = self.open_then_read(pid)?;
+        if opened.live.ppid != owner_pid {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: format!("parent is {}, not the owner {owner_pid}", opened.live.ppid),
+            }
+            .into());
+        }
+        // The owner must have held its number the whole time for ppid to mean it.
+        if readable_now(owner_fd) {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: "the owner is gone".into(),
+            }
+            .into());
+        }
+        ladder::check_process(&self.me, &opened.live, None)?;
+        Ok(opened.proven(Proof::OwnerChild { owner: owner_pid }))
+    }
+
+    /// Proves `pid` is in the process group `leader` leads, has our uid and did not
+    /// start before the leader.
+    pub fn prove_in_group(
+        &self,
+        pid: i32,
+        leader: &ProvenProcess,
+    ) -> Result<ProvenProcess, NotProven> {
+        let opened = self.open_then_read(pid)?;
+        let pgid = leader.pid();
+        if opened.live.pgid != pgid || leader.identity.pgid != pgid {
+            return Err(Refusal::NotGroupMember {
+                pid,
+                expected: pgid,
+                found: opened.live.pgid,
+            }
+            .into());
+        }
+        if opened.live.starttime < leader.identity.starttime {
+            return Err(Refusal::NotOurs {
+                pid,
+                why: "started before the group's leader".into(),
+            }
+            .into());
+        }
+        ladder::check_process(&self.me, &opened.live, None)?;
+        // A live leader pins the group number: it named the leader's group.
+        if leader.has_exited() {
+            return Err(NotProven::Gone);
+        }
+        Ok(opened.proven(Proof::Group { leader: pgid }))
     }
 
     /// Proves `pid` carries `tree`'s marker, has our uid and did not start before
