@@ -281,3 +281,225 @@ pub fn prove_descendants(signaller: &Signaller) -> Members {
     }
     found
 }
+
+#[cfg(test)]
+mod tests {
+    //! The escalation engine against a fake tree source whose members are real
+    //! children of this test (mocks only for the source; signals are real).
+    use super::*;
+    use crate::linux::kernel::poll::poll_until;
+    use crate::linux::kernel::procfs::Procfs;
+    use rustix::event::{PollFd, PollFlags};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command, Stdio};
+
+    /// What the source and the audit saw, in order.
+    #[derive(Debug, PartialEq)]
+    enum Seen {
+        Members,
+        Wait,
+        Kill,
+    }
+
+    type Log = std::rc::Rc<std::cell::RefCell<Vec<Seen>>>;
+
+    /// A tree made of this test's own children. Only unreaped children are offered for
+    /// proof, so their numbers are still their own.
+    struct Children {
+        kids: Vec<Child>,
+        log: Log,
+        /// Ask for a SIGTERM round at every wake-up (a policy that sent a second
+        /// SIGTERM would show it).
+        rescan: bool,
+        /// Never admit to being empty (to run the escalation into its cap).
+        lie_not_empty: bool,
+    }
+
+    impl Children {
+        fn reap(&mut self) -> Vec<i32> {
+            let mut alive = Vec::new();
+            for kid in &mut self.kids {
+                if kid.try_wait().ok().flatten().is_none() {
+                    alive.push(kid.id() as i32);
+                }
+            }
+            alive
+        }
+    }
+
+    impl TreeSource for Children {
+        fn members(&mut self, signaller: &Signaller) -> Members {
+            self.log.borrow_mut().push(Seen::Members);
+            let alive = self.reap();
+            Members::collect(alive, |pid| signaller.prove_child(None, pid))
+        }
+
+        fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
+            self.log.borrow_mut().push(Seen::Wait);
+            let until = deadline.min(Instant::now() + Duration::from_millis(20));
+            let fds: Vec<_> = watch.iter().map(|p| p.pidfd()).collect();
+            let mut polls: Vec<_> = fds
+                .iter()
+                .map(|fd| PollFd::new(fd, PollFlags::IN))
+                .collect();
+            poll_until(&mut polls, Some(until));
+        }
+
+        fn is_empty(&mut self) -> bool {
+            self.reap().is_empty() && !self.lie_not_empty
+        }
+
+        fn needs_rescan(&mut self) -> bool {
+            self.rescan
+        }
+    }
+
+    impl Drop for Children {
+        fn drop(&mut self) {
+            for kid in &mut self.kids {
+                let _ = kid.kill();
+                let _ = kid.wait();
+            }
+        }
+    }
+
+    fn spawn(script: &str) -> Child {
+        Command::new("sh")
+            .args(["-c", script])
+            .process_group(0)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Starts a child that ignores SIGTERM, and waits (setup, not a verdict) until
+    /// its disposition is in place. The caller reaps it (`Children` waits on drop).
+    #[allow(clippy::zombie_processes)]
+    fn spawn_term_ignorer() -> Child {
+        let mut kid = spawn("trap '' TERM; exec sleep 60");
+        let status = format!("/proc/{}/status", kid.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let ignored = std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|t| {
+                    let line = t.lines().find(|l| l.starts_with("SigIgn:"))?.to_owned();
+                    u64::from_str_radix(line.split_whitespace().nth(1)?, 16).ok()
+                })
+                .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0);
+            if ignored {
+                return kid;
+            }
+            if Instant::now() >= deadline {
+                let _ = kid.kill();
+                let _ = kid.wait();
+                panic!("the ignorer never set up");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn signals_to(events: &[AuditEvent], pid: i32, name: &str) -> usize {
+        let sent = |e: &&AuditEvent| matches!(e, AuditEvent::Signal { target, signal, .. } if target.pid == pid && *signal == name);
+        events.iter().filter(sent).count()
+    }
+
+    #[test]
+    fn term_reaches_everyone_once_and_kill_follows_a_fresh_proof() {
+        let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
+        let ignorer = spawn_term_ignorer();
+        let mut tree = Children {
+            kids: vec![spawn("exec sleep 60"), spawn("exec sleep 60"), ignorer],
+            log: Log::default(),
+            rescan: true,
+            lie_not_empty: false,
+        };
+        let pids: Vec<i32> = tree.kids.iter().map(|k| k.id() as i32).collect();
+        let log = tree.log.clone();
+        let mut events = Vec::new();
+        let escalation = Escalation {
+            grace: Duration::from_millis(500),
+            kill_cap: Duration::from_secs(20),
+        };
+        let report = escalation.run(&signaller, &mut tree, &mut |e| {
+            if matches!(
+                e,
+                AuditEvent::Signal {
+                    signal: "SIGKILL",
+                    ..
+                }
+            ) {
+                log.borrow_mut().push(Seen::Kill);
+            }
+            events.push(e);
+        });
+
+        for &pid in &pids {
+            assert_eq!(
+                signals_to(&events, pid, "SIGTERM"),
+                1,
+                "pid {pid}: {events:?}"
+            );
+        }
+        assert_eq!(signals_to(&events, pids[0], "SIGKILL"), 0);
+        assert_eq!(signals_to(&events, pids[1], "SIGKILL"), 0);
+        assert_eq!(signals_to(&events, pids[2], "SIGKILL"), 1);
+        // The SIGKILL went out right after a fresh proof, not on the grace period's.
+        let log = log.borrow();
+        let kill_at = log.iter().position(|s| *s == Seen::Kill).unwrap();
+        let before = log[..kill_at].iter().rev().find(|s| **s != Seen::Kill);
+        assert_eq!(before, Some(&Seen::Members), "{log:?}");
+        assert!(log[..kill_at].contains(&Seen::Wait), "{log:?}");
+        assert!(report.empty);
+        let outcome = |pid| {
+            report
+                .targets
+                .iter()
+                .find(|t| t.pid == pid)
+                .unwrap()
+                .outcome
+        };
+        assert_eq!(outcome(pids[0]), Outcome::Gone);
+        assert_eq!(outcome(pids[1]), Outcome::Gone);
+        assert_eq!(outcome(pids[2]), Outcome::Killed);
+    }
+
+    #[test]
+    fn the_kill_phase_ends_at_its_cap() {
+        let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
+        let mut tree = Children {
+            kids: vec![spawn_term_ignorer()],
+            log: Log::default(),
+            rescan: false,
+            lie_not_empty: true,
+        };
+        let escalation = Escalation {
+            grace: Duration::ZERO,
+            kill_cap: Duration::from_millis(300),
+        };
+        let start = Instant::now();
+        let report = escalation.run(&signaller, &mut tree, &mut |_| {});
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(30), "{took:?}");
+        // The source never admitted to being empty: the report says so.
+        assert!(!report.empty);
+        assert_eq!(report.targets.len(), 1);
+        assert_eq!(report.targets[0].outcome, Outcome::Killed);
+    }
+
+    #[test]
+    fn an_empty_tree_is_not_walked() {
+        let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
+        let mut tree = Children {
+            kids: Vec::new(),
+            log: Log::default(),
+            rescan: false,
+            lie_not_empty: false,
+        };
+        let report =
+            Escalation::with_grace(Duration::from_secs(1)).run(&signaller, &mut tree, &mut |_| {});
+        assert!(report.empty && report.targets.is_empty());
+        assert!(tree.log.borrow().is_empty(), "{:?}", tree.log);
+    }
+}
