@@ -1463,3 +1463,103 @@ fn sweep_follows_scrubbed_children_of_marked_members() {
     );
     assert!(out.status.success(), "{}", text(&out.stdout));
 }
+
+// ---------------------------------------------------------------------------------
+// Self-healing: a `run` whose CMD keeps running finishes a dead guardian's tree and
+// removes the empty tree cgroup of another, with no `sweep` by hand.
+
+#[test]
+fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
+    if !isolate("a_running_guardian_finishes_dead_guardians_trees_in_the_background") {
+        return;
+    }
+    let scratch = Scratch::new("heal");
+    let state = scratch.path().join("state");
+    let ready = scratch.path().join("ready");
+    // A subreaper tree left orphaned: its guardian and sentinel are killed.
+    let mut dead = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "run",
+            "--tier",
+            "subreaper",
+            "--label",
+            "dead",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "sleep 1000 & setsid sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    kill9_all(&mut dead);
+    assert!(wait_until(Duration::from_secs(10), || {
+        reap_zombies();
+        live_processes_except_self().len() == 2
+    }));
+    // A cgroup tree whose guardian died with it: an empty cgroup left behind.
+    let mut empty_cgroup = None;
+    if undertaker::testing::cgroup_tier_available().is_ok() {
+        let mut gone = undertaker()
+            .args(["run", "--tier", "cgroup", "--", "sleep", "1000"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let guardian = {
+            let mut g = None;
+            assert!(wait_until(Duration::from_secs(20), || {
+                g = guardian_of(&gone);
+                g.is_some_and(|g| !undertaker::testing::tree_cgroups_of(g).is_empty())
+            }));
+            g.unwrap()
+        };
+        let cg = undertaker::testing::tree_cgroups_of(guardian).remove(0);
+        kill9_all(&mut gone);
+        assert!(wait_until(Duration::from_secs(10), || {
+            reap_zombies();
+            live_processes_except_self().len() == 2
+        }));
+        assert!(cg.exists());
+        empty_cgroup = Some(cg);
+    }
+    // A healthy tree: once its CMD runs, its guardian heals in the background.
+    let mut healer = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["run", "--label", "healer", "--", "sleep", "1000"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let healed = wait_until(Duration::from_secs(30), || {
+        reap_zombies();
+        let others = live_processes_except_self().len();
+        // Left: the healer's sentinel, guardian and CMD.
+        others == 3 && empty_cgroup.as_ref().is_none_or(|c| !c.exists())
+    });
+    let ps = json(&ut(&state, &["ps", "--all", "--json"]));
+    signal_child(&healer, rustix::process::Signal::TERM);
+    assert!(wait_child(&mut healer, Duration::from_secs(30)).is_some());
+    assert!(
+        healed,
+        "not healed: {:?} left, cgroup {:?}; {ps}",
+        live_processes_except_self(),
+        empty_cgroup
+    );
+    let dead_row = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["label"] == "dead")
+        .cloned()
+        .unwrap();
+    assert_eq!(dead_row["state"], "finished", "{dead_row}");
+    let log = text(&ut(&state, &["log"]).stdout);
+    assert!(log.contains("heal"), "{log}");
+    assert_nothing_left();
+}

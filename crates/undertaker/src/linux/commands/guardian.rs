@@ -199,6 +199,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
     tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
+    // CMD runs: now, off the start-up path, finish a few dead guardians' trees.
+    super::heal::start_in_background(opts.state_dir.clone());
 
     let cause = process.watch(&mut tree, &mut owner, &signaller);
     tracing::debug!(?cause, "tearing down tree {}", tree.id());

@@ -3,6 +3,7 @@
 
 pub mod doctor;
 pub mod guardian;
+pub(crate) mod heal;
 pub mod reconcile;
 pub mod record;
 pub(crate) mod sentinel;

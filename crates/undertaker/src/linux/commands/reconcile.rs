@@ -362,6 +362,48 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     })
 }
 
+/// Self-healing, one bounded round: finishes at most `max_trees` trees of dead
+/// guardians, with the proofs `sweep` uses (records of unfinished trees first, then
+/// tree cgroups of dead guardians found on disk, which are emptied and removed).
+/// Trees known only by their markers are left to `sweep` (finding them costs a scan of
+/// every process). Returns how many trees it finished.
+pub fn heal(ctx: &Context, max_trees: usize, grace: Duration) -> Result<usize, RegistryError> {
+    let mut done = 0;
+    let rows = ctx.registry.trees(false)?;
+    let recorded_cgroups: BTreeSet<std::path::PathBuf> = rows
+        .iter()
+        .filter_map(|r| r.cgroup_path.as_deref().map(std::path::PathBuf::from))
+        .collect();
+    for r in &rows {
+        if done >= max_trees {
+            return Ok(done);
+        }
+        // A live guardian holds its lock: skipped at the cost of one open and flock.
+        if !matches!(guardian_state(ctx, &r.id, Some(r)), GuardianState::Dead(_)) {
+            continue;
+        }
+        let swept = sweep_tree(ctx, &r.id, Some(r), false, grace, "heal", None)?;
+        if swept.is_some_and(|t| matches!(t.action, SweepAction::Swept)) {
+            done += 1;
+        }
+    }
+    for found in cgroup::list_tree_cgroups(ctx.procfs()) {
+        if done >= max_trees {
+            break;
+        }
+        if found.guardian != cgroup::GuardianState::Dead
+            || !found.path.exists()
+            || recorded_cgroups.contains(&found.path)
+        {
+            continue;
+        }
+        let id = found.tree.to_string();
+        sweep_cgroup(ctx, &id, &found.path, false, grace, "heal");
+        done += 1;
+    }
+    Ok(done)
+}
+
 /// Sweeps one tree if its guardian is dead. `None`: nothing to report (a tree of
 /// another state directory, or a healthy running one).
 fn sweep_tree(
