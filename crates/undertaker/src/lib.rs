@@ -7,6 +7,8 @@
 
 mod api;
 pub(crate) mod audit;
+#[cfg(target_os = "linux")]
+mod client;
 pub mod duration;
 pub(crate) mod escalation;
 mod exit_status;
@@ -22,6 +24,8 @@ pub mod report;
 pub mod selector;
 
 pub use api::{doctor, kill, log, ps, run, supervise, sweep};
+#[cfg(target_os = "linux")]
+pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod testing;

@@ -1,0 +1,431 @@
+//! A host's handle on `undertaker supervise` (docs/SUPERVISE.md): [`Supervisor`] starts
+//! one with this process as its owner, on a Unix socket pair, and
+//! [`Supervisor::spawn`] starts a `std::process::Command` as a guarded tree whose
+//! stdio pipes come back to the caller. When this process dies, however it dies, the
+//! supervisor tears every tree down.
+//!
+//! Plain threads and std only: a background thread reads replies and events, so
+//! [`GuardedChild::wait`] in one thread never blocks a request in another.
+
+use crate::protocol::PROTOCOL_VERSION;
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// How to start the supervisor.
+#[derive(Debug, Clone)]
+pub struct SupervisorBuilder {
+    program: PathBuf,
+    state_dir: Option<PathBuf>,
+    grace: Option<Duration>,
+    tier: Option<crate::Tier>,
+    label: Option<String>,
+}
+
+impl Default for SupervisorBuilder {
+    fn default() -> Self {
+        Self {
+            program: std::env::var_os("UNDERTAKER_BIN")
+                .map_or_else(|| PathBuf::from("undertaker"), PathBuf::from),
+            state_dir: None,
+            grace: None,
+            tier: None,
+            label: None,
+        }
+    }
+}
+
+impl SupervisorBuilder {
+    /// The `undertaker` binary (default: `$UNDERTAKER_BIN`, else `undertaker` on PATH).
+    pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = program.into();
+        self
+    }
+
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Time between SIGTERM and SIGKILL in every teardown.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    pub fn tier(mut self, tier: crate::Tier) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// Default label of the trees.
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// Starts `undertaker supervise` with this process as owner and checks it answers
+    /// `hello` with this protocol version.
+    pub fn start(self) -> io::Result<Supervisor> {
+        let (ours, theirs) = rustix::net::socketpair(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )?;
+        let mut cmd = Command::new(&self.program);
+        if let Some(dir) = &self.state_dir {
+            cmd.arg("--state-dir").arg(dir);
+        }
+        cmd.arg("supervise");
+        if let Some(grace) = self.grace {
+            cmd.arg("--grace").arg(format!("{}ms", grace.as_millis()));
+        }
+        if let Some(tier) = self.tier {
+            cmd.args(["--tier", tier.as_str()]);
+        }
+        if let Some(label) = &self.label {
+            cmd.arg("--label").arg(label);
+        }
+        let out = theirs.try_clone()?;
+        cmd.stdin(Stdio::from(theirs))
+            .stdout(Stdio::from(out))
+            .env_remove(crate::identity::TREE_MARKER);
+        let child = cmd.spawn()?;
+        Supervisor::connect(ours, child)
+    }
+}
+
+/// What the reader thread shares with requesters and waiters.
+#[derive(Default)]
+struct Inbox {
+    /// Reply channels by request id.
+    waiting: HashMap<u64, mpsc::Sender<Value>>,
+    /// `exited` statuses by tree id.
+    exited: HashMap<String, i32>,
+    closed: bool,
+}
+
+struct Shared {
+    inbox: Mutex<Inbox>,
+    changed: Condvar,
+    /// The socket, for writing; one writer at a time.
+    writer: Mutex<OwnedFd>,
+    next_id: Mutex<u64>,
+}
+
+/// A running `undertaker supervise` owned by this process. Dropping it ends the
+/// supervisor's input, which tears every tree down, and waits for it to exit.
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    child: Mutex<Child>,
+    tier: String,
+}
+
+impl Supervisor {
+    /// Starts one with the defaults (see [`SupervisorBuilder`]).
+    pub fn start() -> io::Result<Self> {
+        SupervisorBuilder::default().start()
+    }
+
+    pub fn builder() -> SupervisorBuilder {
+        SupervisorBuilder::default()
+    }
+
+    fn connect(socket: OwnedFd, child: Child) -> io::Result<Self> {
+        let reading = File::from(socket.try_clone()?);
+        let shared = Arc::new(Shared {
+            inbox: Mutex::new(Inbox::default()),
+            changed: Condvar::new(),
+            writer: Mutex::new(socket),
+            next_id: Mutex::new(1),
+        });
+        let for_reader = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("undertaker-supervisor-reader".into())
+            .spawn(move || read_loop(reading, &for_reader))?;
+        let mut sup = Self {
+            shared,
+            child: Mutex::new(child),
+            tier: String::new(),
+        };
+        // Dropped on failure: closing the socket ends the supervisor.
+        let hello = sup.request(json!({"op": "hello"}), &[])?;
+        if hello["protocol"] != PROTOCOL_VERSION {
+            return Err(io::Error::other(format!(
+                "undertaker supervise speaks protocol {}, this library {PROTOCOL_VERSION}",
+                hello["protocol"]
+            )));
+        }
+        sup.tier = hello["tier"].as_str().unwrap_or_default().to_owned();
+        Ok(sup)
+    }
+
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.lock().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// The containment tier its trees get (`cgroup` or `subreaper`).
+    pub fn tier(&self) -> &str {
+        &self.tier
+    }
+
+    /// Sends one request (an object; `id` is set here) with `fds` attached and waits
+    /// for its reply. A reply with `ok: false` becomes an error carrying its code and
+    /// message.
+    pub fn request(&self, request: Value, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
+        send_request(&self.shared, request, fds)
+    }
+
+    /// Starts `cmd` (program, arguments, environment changes, working directory) as a
+    /// guarded tree, with pipes for its stdin, stdout and stderr. `env_clear` on the
+    /// command cannot be seen through std's API: use [`Supervisor::request`] for that.
+    pub fn spawn(&self, cmd: &Command) -> io::Result<GuardedChild> {
+        let (in_r, in_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (err_r, err_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let mut child = self.spawn_with_fds(cmd, [in_r.as_fd(), out_w.as_fd(), err_w.as_fd()])?;
+        child.stdin = Some(File::from(in_w));
+        child.stdout = Some(File::from(out_r));
+        child.stderr = Some(File::from(err_r));
+        Ok(child)
+    }
+
+    /// Like [`Supervisor::spawn`], with the child's stdin, stdout and stderr given.
+    pub fn spawn_with_fds(
+        &self,
+        cmd: &Command,
+        stdio: [BorrowedFd<'_>; 3],
+    ) -> io::Result<GuardedChild> {
+        let text = |s: &std::ffi::OsStr| {
+            std::str::from_utf8(s.as_bytes())
+                .map(str::to_owned)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not UTF-8"))
+        };
+        let mut argv = vec![text(cmd.get_program())?];
+        for arg in cmd.get_args() {
+            argv.push(text(arg)?);
+        }
+        let mut env = serde_json::Map::new();
+        for (k, v) in cmd.get_envs() {
+            // A removed variable: the protocol has no removal; an empty value is closest.
+            let v: OsString = v.map(OsString::from).unwrap_or_default();
+            env.insert(text(k)?, Value::String(text(&v)?));
+        }
+        let mut request = json!({"op": "spawn", "argv": argv, "env": env});
+        if let Some(dir) = cmd.get_current_dir() {
+            request["cwd"] = json!(text(dir.as_os_str())?);
+        }
+        let reply = self.request(request, &stdio)?;
+        Ok(GuardedChild {
+            pid: reply["pid"].as_u64().unwrap_or(0) as u32,
+            tree: reply["tree"].as_str().unwrap_or_default().to_owned(),
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// `adopt`: a child of this process (and its descendants) becomes a tree. Returns
+    /// the tree id.
+    pub fn adopt(&self, pid: u32) -> io::Result<String> {
+        let reply = self.request(json!({"op": "adopt", "pid": pid}), &[])?;
+        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// `register`: a process group whose leader is a child of this process.
+    pub fn register(&self, pgid: u32) -> io::Result<String> {
+        let reply = self.request(json!({"op": "register", "pgid": pgid}), &[])?;
+        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Tears one tree down now; returns how many of its processes are still alive.
+    pub fn kill_tree(&self, tree: &str) -> io::Result<u64> {
+        let reply = self.request(json!({"op": "kill", "tree": tree}), &[])?;
+        Ok(reply["live"].as_u64().unwrap_or(0))
+    }
+
+    /// Stops guarding one tree; nothing is signalled.
+    pub fn release(&self, tree: &str) -> io::Result<()> {
+        self.request(json!({"op": "release", "tree": tree}), &[])
+            .map(drop)
+    }
+}
+
+impl Drop for Supervisor {
+    /// End of input: the supervisor tears every tree down and exits.
+    fn drop(&mut self) {
+        if let Ok(writer) = self.shared.writer.lock() {
+            let _ = rustix::net::shutdown(&*writer, rustix::net::Shutdown::Write);
+        }
+        if let Ok(mut child) = self.child.lock() {
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A command running as a guarded tree.
+pub struct GuardedChild {
+    pid: u32,
+    tree: String,
+    pub stdin: Option<File>,
+    pub stdout: Option<File>,
+    pub stderr: Option<File>,
+    shared: Arc<Shared>,
+}
+
+impl GuardedChild {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The tree id (as `undertaker ps` shows it).
+    pub fn tree(&self) -> &str {
+        &self.tree
+    }
+
+    /// Tears the whole tree down (SIGTERM, grace, SIGKILL) and returns once it is gone.
+    pub fn kill(&mut self) -> io::Result<()> {
+        match send_request(&self.shared, json!({"op": "kill", "tree": self.tree}), &[]) {
+            Ok(_) => Ok(()),
+            // Already exited and torn down: nothing left to kill.
+            Err(e) if e.to_string().starts_with("unknown_tree") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Waits for the root to exit; its status as a shell reports it (128+N for
+    /// signal N). The rest of the tree is torn down by then.
+    pub fn wait(&mut self) -> io::Result<i32> {
+        let mut inbox = lock(&self.shared.inbox)?;
+        loop {
+            if let Some(status) = inbox.exited.get(&self.tree) {
+                return Ok(*status);
+            }
+            if inbox.closed {
+                return Err(io::Error::new(
+                    io::ErrorKind::BrokenPipe,
+                    "the supervisor is gone",
+                ));
+            }
+            inbox = self
+                .shared
+                .changed
+                .wait(inbox)
+                .map_err(|_| io::Error::other("poisoned"))?;
+        }
+    }
+}
+
+/// One request and its reply (see [`Supervisor::request`]).
+fn send_request(shared: &Shared, mut request: Value, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
+    let id = {
+        let mut next = lock(&shared.next_id)?;
+        *next += 1;
+        *next
+    };
+    request["id"] = json!(id);
+    let (tx, rx) = mpsc::channel();
+    {
+        let mut inbox = lock(&shared.inbox)?;
+        if inbox.closed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the supervisor is gone",
+            ));
+        }
+        inbox.waiting.insert(id, tx);
+    }
+    let mut line = request.to_string();
+    line.push('\n');
+    let writer = lock(&shared.writer)?;
+    send_line(&writer, line.as_bytes(), fds)?;
+    drop(writer);
+    let reply = rx.recv().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::BrokenPipe,
+            "the supervisor closed its output",
+        )
+    })?;
+    if reply["ok"] == true {
+        return Ok(reply);
+    }
+    let code = reply["error"]["code"].as_str().unwrap_or("unknown");
+    let message = reply["error"]["message"].as_str().unwrap_or("");
+    let kind = match code {
+        "not_found" => io::ErrorKind::NotFound,
+        "not_executable" | "refused" => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    Err(io::Error::new(kind, format!("{code}: {message}")))
+}
+
+fn lock<T>(m: &Mutex<T>) -> io::Result<std::sync::MutexGuard<'_, T>> {
+    m.lock()
+        .map_err(|_| io::Error::other("a supervisor client thread panicked"))
+}
+
+/// Sends one line with `fds` attached to its first byte (`SCM_RIGHTS`).
+fn send_line(socket: &OwnedFd, line: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many fds"));
+    }
+    let mut sent = rustix::net::sendmsg(
+        socket,
+        &[IoSlice::new(line)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    while sent < line.len() {
+        sent += rustix::net::send(socket, &line[sent..], SendFlags::NOSIGNAL)?;
+    }
+    Ok(())
+}
+
+/// Reads replies and events until the supervisor closes its output.
+fn read_loop(socket: File, shared: &Shared) {
+    let mut reader = BufReader::new(socket);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Ok(mut inbox) = shared.inbox.lock() else {
+            return;
+        };
+        if value["event"] == "exited" {
+            if let (Some(tree), Some(status)) = (value["tree"].as_str(), value["status"].as_i64()) {
+                inbox.exited.insert(tree.to_owned(), status as i32);
+            }
+        } else if let Some(id) = value["id"].as_u64() {
+            if let Some(tx) = inbox.waiting.remove(&id) {
+                let _ = tx.send(value);
+            }
+        }
+        shared.changed.notify_all();
+    }
+    if let Ok(mut inbox) = shared.inbox.lock() {
+        inbox.closed = true;
+        inbox.waiting.clear();
+    }
+    shared.changed.notify_all();
+}
