@@ -1563,3 +1563,57 @@ fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
     assert!(log.contains("heal"), "{log}");
     assert_nothing_left();
 }
+
+/// `supervise` heals too, once it serves.
+#[test]
+fn a_serving_supervisor_finishes_dead_guardians_trees_in_the_background() {
+    if !isolate("a_serving_supervisor_finishes_dead_guardians_trees_in_the_background") {
+        return;
+    }
+    let scratch = Scratch::new("healsup");
+    let state = scratch.path().join("state");
+    let ready = scratch.path().join("ready");
+    let mut dead = undertaker()
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "run",
+            "--tier",
+            "subreaper",
+            "--label",
+            "dead",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "sleep 1000 & setsid sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    kill9_all(&mut dead);
+    assert!(wait_until(Duration::from_secs(10), || {
+        reap_zombies();
+        live_processes_except_self().len() == 2
+    }));
+    let mut supervisor = undertaker()
+        .arg("supervise")
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let healed = wait_until(Duration::from_secs(30), || {
+        reap_zombies();
+        live_processes_except_self() == [supervisor.id() as i32]
+    });
+    let left = live_processes_except_self();
+    drop(supervisor.stdin.take());
+    assert!(wait_child(&mut supervisor, Duration::from_secs(30)).is_some());
+    assert!(healed, "not healed: {left:?}");
+    assert_nothing_left();
+}

@@ -1,12 +1,14 @@
-//! Self-healing: nobody runs `undertaker sweep` by hand on a laptop, so every guardian,
-//! once its own CMD has been running for a while, finishes a few dead guardians' trees
+//! Self-healing: nobody runs `undertaker sweep` by hand on a laptop, so every guardian
+//! (`run` once its own CMD has been running for a while, `supervise` once it serves)
+//! finishes a few dead guardians' trees
 //! in the background (docs/REGISTRY.md, "Self-healing"): the same proofs as `sweep`, a
 //! bounded number of trees, off the start-up path. A machine where trees are started
 //! now and then converges to zero orphans without a cron job.
 //!
-//! It runs on a thread of the guardian, started after CMD: every fork of the guardian
-//! (the namespace init, CMD) has happened by then, and the thread inherits the blocked
-//! signal mask, so signals still reach the main thread's signalfd. If the guardian
+//! It runs on a thread of the guardian, started after CMD: every fork of a `run`
+//! guardian (the namespace init, CMD) has happened by then (`supervise`, which spawns
+//! later, only forks children that make plain syscalls before exec), and the thread
+//! inherits the blocked signal mask, so signals still reach the main thread's signalfd. If the guardian
 //! finishes first, the thread ends with it mid-way; what it did is in the audit log
 //! (actor `heal`) and the next round or `sweep` takes over.
 

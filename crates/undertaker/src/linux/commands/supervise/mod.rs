@@ -75,6 +75,8 @@ pub fn run(opts: &SuperviseOptions) -> Result<i32, RunError> {
         trees: Vec::new(),
         released_any: false,
     };
+    // Serving: now, off the start-up path, finish a few dead guardians' trees.
+    crate::linux::commands::heal::start_in_background(opts.state_dir.clone());
     sup.serve(&mut owner);
     sup.tear_down_everything();
     Ok(0)
