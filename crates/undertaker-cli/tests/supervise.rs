@@ -528,3 +528,25 @@ fn spawn_kill_release_and_exited_events() {
     let left = survivors_after(Duration::from_secs(10));
     assert!(left.is_empty(), "survivors: {left:?}");
 }
+
+#[test]
+fn a_socket_peer_of_another_uid_is_refused_before_any_line() {
+    if !is_root() {
+        skip("needs root to run the supervisor as another uid");
+        return;
+    }
+    // Created by us (uid 0): the supervisor, running as 65534, sees peer uid 0.
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let out = undertaker_as_nobody()
+        .arg("supervise")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    drop(ours);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not ours"), "{stderr}");
+}

@@ -172,7 +172,6 @@ pub enum RefusalReason {
     NotOwnerChild,
     OtherUid,
     Protected,
-    Zombie,
     AlreadyGuarded,
 }
 
@@ -184,7 +183,6 @@ impl RefusalReason {
             RefusalReason::NotOwnerChild => "not_owner_child",
             RefusalReason::OtherUid => "other_uid",
             RefusalReason::Protected => "protected",
-            RefusalReason::Zombie => "zombie",
             RefusalReason::AlreadyGuarded => "already_guarded",
         }
     }
