@@ -1,8 +1,43 @@
-//! undertaker: guard the process trees a program spawns.
+//! undertaker: guard the process trees a program spawns. The whole tree dies with its
+//! owner, and nothing is ever signalled without proof that it belongs to the tree
+//! (docs/DESIGN.md).
 //!
-//! The library holds the core: process identity, the refusal ladder, proof-carrying
-//! signals, escalation, and the guardian behind `undertaker run`. Linux mechanisms live
-//! in [`linux`]; everything else builds on any platform.
+//! # Quick start
+//!
+//! Guard a command: this takes over the calling process (child subreaper, signal
+//! mask, reaping) until the tree is gone, then returns the status to exit with.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use undertaker::{OwnerSpec, RunOptions, Tier};
+//!
+//! let opts = RunOptions {
+//!     command: vec!["make".into(), "test".into()],
+//!     label: Some("tests".into()),
+//!     grace: Duration::from_secs(2),
+//!     owner: OwnerSpec::Parent,
+//!     tier: Tier::Auto,
+//!     state_dir: None,
+//! };
+//! std::process::exit(undertaker::run(&opts)?);
+//! # Ok::<(), undertaker::RunError>(())
+//! ```
+//!
+//! Everything else reads or reconciles the registry of a state directory, and returns
+//! `Unsupported` where the platform has no implementation yet:
+//!
+//! ```
+//! let state = std::env::temp_dir().join(format!("undertaker-doc-{}", std::process::id()));
+//! match undertaker::ps(Some(&state), false) {
+//!     Ok(trees) => assert!(trees.is_empty()), // a fresh state directory
+//!     Err(e) => assert_eq!(e.exit_code(), 125), // not supported on this platform
+//! }
+//! let _ = std::fs::remove_dir_all(&state);
+//! ```
+//!
+//! The library's layers: platform-neutral policy at the root (identity, the refusal
+//! ladder, escalation, reports), the Linux mechanisms in `linux/` (kernel access,
+//! proof and signals, containment, commands); docs/ARCHITECTURE.md maps them.
 #![deny(unsafe_code)]
 
 mod api;
@@ -44,7 +79,7 @@ pub enum OwnerSpec {
     Fd(i32),
 }
 
-/// Containment mechanism for a tree (DESIGN §3).
+/// Containment mechanism for a tree (docs/TIERS.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
