@@ -24,7 +24,7 @@ fn killpg(pgid: i32, sig: Signal) -> rustix::io::Result<()> {
     }
 }
 
-/// Signal 0 to the group. EPERM counts as alive, as both seeds do.
+/// Signal 0 to the group. EPERM counts as alive, as both originals do (docs/RELIABILITY.md).
 fn group_alive(pgid: i32) -> bool {
     matches!(
         Pid::from_raw(pgid).map(test_kill_process_group),
@@ -56,7 +56,7 @@ pub fn naive_teardown(pgid: i32, pause: &mut dyn FnMut()) {
     }
 }
 
-/// prune: the Hermes death supervisor (NousResearch/hermes-agent, seed 000). A set of
+/// prune: the Hermes death supervisor (docs/RELIABILITY.md, "prune"). A set of
 /// registered pgids; on every registration change each gets signal 0: ESRCH drops it,
 /// EPERM or anything else keeps it. At owner death (pipe EOF): killpg(TERM) each,
 /// probe up to the grace, killpg(KILL) what remains. Documented residual: a group can

@@ -1,4 +1,4 @@
-//! `undertaker-torture`: measures DESIGN.md's promises 1–3 (no survivor, no stranger,
+//! `undertaker-torture`: measures docs/DESIGN.md's promises 1–3 (no survivor, no stranger,
 //! nothing lost) for undertaker and, side by side, for the designs it replaces.
 //!
 //! Everything runs inside a private PID namespace (see `ns`), where `ns_last_pid`

@@ -1,5 +1,5 @@
 //! The escalation's policy, the same on every platform: how long each phase may last
-//! and which signals a member gets in each round (docs/DESIGN.md, "Teardown"). The
+//! and which signals a member gets in each round (docs/DESIGN.md §4). The
 //! Linux engine that proves members and sends the signals is
 //! `linux/proof/teardown.rs`.
 

@@ -149,7 +149,7 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// Exit status, as DESIGN §5 and a shell use them.
+    /// Exit status, as docs/DESIGN.md §5 ("Exit status") and a shell use them.
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::Usage(_) => 2,

@@ -1,4 +1,4 @@
-//! The durable registry of guarded trees and the audit log (DESIGN promise 3).
+//! The durable registry of guarded trees and the audit log (docs/DESIGN.md §2, promise 3).
 //!
 //! One SQLite database per state directory, `registry.db`, opened in WAL mode by every
 //! guardian and every `sweep`/`ps`/`kill`/`log`. See docs/REGISTRY.md for the schema,

@@ -286,7 +286,7 @@ pub fn reclaim_foreground(pgrp: i32) {
 ///
 /// - If the guardian dies from here on, CMD dies with it (PDEATHSIG): a guardian
 ///   killed mid-spawn must not leave a CMD that starts after a sweep looked. Safe here
-///   (DESIGN §3): the guardian is our own single-threaded process. The `getppid`
+///   (docs/DESIGN.md §3, "Owner"): the guardian is our own single-threaded process. The `getppid`
 ///   re-check catches a guardian that died before the prctl (returns ESRCH).
 /// - An empty signal mask: the guardian blocks the signals its signalfd reads, and a
 ///   blocked SIGTERM would never reach CMD. SIGPIPE and SIGXFSZ, which the guardian
