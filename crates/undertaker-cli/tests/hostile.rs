@@ -771,19 +771,17 @@ fn pid_by_cmdline(argv: &[&str]) -> Option<i32> {
         .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want))
 }
 
-#[test]
-fn pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited() {
-    if !isolate("pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited")
-        || !tier_available("pidns")
-    {
-        return;
-    }
+/// A member frozen (cgroup v1 freezer) before the owner dies: the guardian reports it
+/// stuck after grace + kill cap instead of waiting, then the member is thawed.
+fn stuck_member_is_reported_not_awaited(tier: &str, state: &Path) {
     let Some(freezer) = Freezer::new() else {
         return skip("no cgroup v1 freezer to make a member unkillable for a while");
     };
     let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
     let mut guardian = undertaker()
-        .args(["run", "--tier", "pidns", "--grace", "300ms", "--owner"])
+        .arg("--state-dir")
+        .arg(state)
+        .args(["run", "--tier", tier, "--grace", "300ms", "--owner"])
         .arg(owner.id().to_string())
         .args(["--", "sh", "-c", "sleep 1001 & wait"])
         .stdout(Stdio::null())
@@ -797,21 +795,46 @@ fn pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited() {
     }));
     freezer.freeze(member.unwrap());
     kill9(&mut owner);
-    // grace 300 ms + the init's margin + the 5 s kill cap, with generous slack.
+    // grace 300 ms + (pidns: the init's margin) + the 5 s kill cap, with generous slack.
     let status = wait_child(&mut guardian, Duration::from_secs(25));
     let stuck_while_done = member.is_some_and(alive);
     if status.is_none() {
         kill9(&mut guardian);
     }
     drop(freezer);
-    assert!(
-        status.is_some(),
-        "guardian still waiting for a stuck member"
-    );
-    assert!(stuck_while_done, "the member was not stuck");
+    assert!(status.is_some(), "{tier}: still waiting for a stuck member");
+    assert!(stuck_while_done, "{tier}: the member was not stuck");
     let mut err = String::new();
     std::io::Read::read_to_string(guardian.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(err.contains("stuck"), "not reported: {err}");
+    assert!(err.contains("stuck"), "{tier}: not reported: {err}");
+}
+
+#[test]
+fn pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited() {
+    if !isolate("pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited")
+        || !tier_available("pidns")
+    {
+        return;
+    }
+    let scratch = Scratch::new("stuck");
+    stuck_member_is_reported_not_awaited("pidns", &scratch.path().join("state"));
+    assert_nothing_left();
+}
+
+#[test]
+fn stuck_member_is_reported_after_grace_and_cap_in_the_cgroup_and_subreaper_tiers() {
+    if !isolate("stuck_member_is_reported_after_grace_and_cap_in_the_cgroup_and_subreaper_tiers") {
+        return;
+    }
+    let scratch = Scratch::new("stuck");
+    let state = scratch.path().join("state");
+    stuck_member_is_reported_not_awaited("subreaper", &state);
+    if tier_available("cgroup") {
+        stuck_member_is_reported_not_awaited("cgroup", &state);
+        // The tree cgroup stayed while the member was stuck: the sweep removes it.
+        let out = ut(&state, &["sweep"]);
+        assert!(out.status.success(), "{}", text(&out.stdout));
+    }
     assert_nothing_left();
 }
 
