@@ -1152,19 +1152,14 @@ fn stranger_joining_cmd_group_is_never_signalled() {
 // ---------------------------------------------------------------------------------
 // 11. `sweep` without a usable registry still sweeps the tree cgroups it can find.
 
-#[test]
-fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
-    if !isolate("sweep_without_a_registry_still_sweeps_tree_cgroups") || !tier_available("cgroup") {
-        return;
-    }
-    let scratch = Scratch::new("noreg");
-    let state = scratch.path().join("state");
-    std::fs::create_dir_all(state.join("registry.db")).unwrap();
-    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let ready = scratch.path().join("ready");
+/// Leaves a cgroup tree orphaned (every undertaker process killed) with a setsid and
+/// an `env -i` member, then runs `sweep` on `state`, which must not be able to open its
+/// registry (`break_registry` makes sure, after the run): both members must be gone.
+fn sweep_without_registry(state: &Path, break_registry: impl FnOnce()) {
+    let ready = state.with_extension("ready");
     let mut guardian = undertaker()
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state)
         .args(["run", "--tier", "cgroup", "--", "sh", "-c"])
         .arg(format!(
             "setsid sleep 1000 & env -i sleep 1000 & echo > {}; wait",
@@ -1181,8 +1176,9 @@ fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
         reap_zombies();
         live_processes_except_self().len() == 2
     }));
+    break_registry();
     let out = ut_within(
-        &state,
+        state,
         &["sweep", "--grace", "300ms"],
         Duration::from_secs(60),
     )
@@ -1200,6 +1196,27 @@ fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
         "sweep left {left:#?}\n{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
+    if !isolate("sweep_without_a_registry_still_sweeps_tree_cgroups") || !tier_available("cgroup") {
+        return;
+    }
+    let scratch = Scratch::new("noreg");
+    // A directory where the database should be.
+    let state = scratch.path().join("state");
+    std::fs::create_dir_all(state.join("registry.db")).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    sweep_without_registry(&state, || {});
+    // A state dir that became read-only after the guardian recorded its tree.
+    let Some(fs) = TinyFs::mount(&scratch.path().join("ro"), "1m") else {
+        return skip("cannot mount a tmpfs");
+    };
+    let state = fs.0.join("state");
+    sweep_without_registry(&state, || {
+        rustix::mount::mount_remount(&fs.0, rustix::mount::MountFlags::RDONLY, c"").unwrap()
+    });
 }
 
 // ---------------------------------------------------------------------------------
