@@ -357,6 +357,9 @@ fn corrupt_registry_is_reported_in_one_line() {
         .unwrap();
         assert!(out.status.success());
     }
+    // Guardians write record files; the first command folds them into the database.
+    let out = ut_within(&state, &["ps"], Duration::from_secs(20)).unwrap();
+    assert!(out.status.success());
     let db = state.join("registry.db");
     let size = std::fs::metadata(&db).unwrap().len();
     assert!(size >= 10 * 4096, "registry too small to damage: {size}");

@@ -317,3 +317,153 @@ fn unsafe_state_dirs_are_refused() {
         stderr(&out)
     );
 }
+
+/// Runs `n` short trees whose CMD leaves a `sleep` behind: each teardown logs at least
+/// one signal. Returns the number of audit entries the log then shows.
+fn short_trees_with_audit(state: &Path, n: usize) -> usize {
+    for i in 0..n {
+        let mut g = spawn_guarded(state, &format!("short{i}"), "sleep 1000 & exit 0", &[]);
+        assert!(wait_child(&mut g, Duration::from_secs(30)).is_some());
+    }
+    let entries = json(&ut(state, &["log", "--json"]));
+    entries.as_array().unwrap().len()
+}
+
+/// Audit entries as comparable lines (no ids: those are the database's).
+fn audit_lines(state: &Path) -> Vec<String> {
+    let out = ut(state, &["log", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut lines: Vec<String> = json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {} {}",
+                e["time_ms"], e["tree"], e["event"], e["pid"], e["signal"]
+            )
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn record_files(state: &Path) -> usize {
+    std::fs::read_dir(state.join("trees"))
+        .map(|d| d.flatten().count())
+        .unwrap_or(0)
+}
+
+/// A command folding record files is killed inside its transaction, then after its
+/// commit but before it removed the files: nothing is lost, nothing doubled.
+#[test]
+fn a_folder_killed_mid_fold_loses_and_duplicates_nothing() {
+    if !isolate("a_folder_killed_mid_fold_loses_and_duplicates_nothing") {
+        return;
+    }
+    let tmp = Scratch::new("fold-kill");
+    let state = tmp.path().join("state");
+    // The reference: the same kind of trees, folded by a command nobody killed.
+    let expected_per_tree = short_trees_with_audit(&state, 1);
+    assert!(
+        expected_per_tree >= 1,
+        "a teardown with a leftover logs a signal"
+    );
+    for pause in [
+        "UNDERTAKER_TEST_PAUSE_IN_FOLD",
+        "UNDERTAKER_TEST_PAUSE_AFTER_FOLD",
+    ] {
+        let before = audit_lines(&state);
+        for i in 0..3 {
+            let mut g = spawn_guarded(&state, &format!("{pause}{i}"), "sleep 1000 & exit 0", &[]);
+            assert!(wait_child(&mut g, Duration::from_secs(30)).is_some());
+        }
+        assert_eq!(record_files(&state), 3, "{pause}: three unfolded records");
+        let mut folder = undertaker()
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["ps", "--json"])
+            .env(pause, "30000")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Inside the pause by then: the first file's fold has begun.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            folder.try_wait().unwrap().is_none(),
+            "{pause}: folder finished early"
+        );
+        kill9(&mut folder);
+        let after = audit_lines(&state);
+        assert_eq!(
+            record_files(&state),
+            0,
+            "{pause}: the next command folded all"
+        );
+        let new: Vec<&String> = after.iter().filter(|l| !before.contains(l)).collect();
+        assert_eq!(
+            after.len(),
+            before.len() + 3 * expected_per_tree,
+            "{pause}: lost or doubled: {new:#?}"
+        );
+        let unique: BTreeSet<&String> = after.iter().collect();
+        assert_eq!(unique.len(), after.len(), "{pause}: duplicates");
+    }
+    assert_no_leftovers();
+}
+
+/// Every undertaker process of a tree is killed after its teardown logged, before the
+/// finished mark: the entries are kept, and `sweep` finishes the tree.
+#[test]
+fn guardian_killed_before_its_finished_mark_loses_no_entry() {
+    if !isolate("guardian_killed_before_its_finished_mark_loses_no_entry") {
+        return;
+    }
+    let tmp = Scratch::new("finish-kill");
+    let state = tmp.path().join("state");
+    let mut g = spawn_guarded(
+        &state,
+        "unfinished",
+        "sleep 1000 & exit 0",
+        &[("UNDERTAKER_TEST_PAUSE_BEFORE_FINISH", "30000")],
+    );
+    let tree = find_tree(&state, "unfinished", Duration::from_secs(10)).expect("recorded");
+    let id = tree["id"].as_str().unwrap().to_owned();
+    // The teardown logs its signal, then the guardian pauses before the last line.
+    assert!(wait_until(Duration::from_secs(20), || {
+        let out = ut(&state, &["log", "--json"]);
+        json(&out).as_array().is_some_and(|a| !a.is_empty())
+    }));
+    let logged = audit_lines(&state);
+    kill9_all(&mut g);
+    let ps = json(&ut(&state, &["ps", "--json", "--all"]));
+    let row = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id.as_str())
+        .cloned()
+        .expect("tree still listed");
+    assert_ne!(row["state"], "running", "{row}");
+    let out = ut(&state, &["sweep", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let after = audit_lines(&state);
+    for line in &logged {
+        assert!(after.contains(line), "lost {line}");
+    }
+    let ps = json(&ut(&state, &["ps", "--json", "--all"]));
+    let row = ps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(row["state"], "finished", "{row}");
+    assert_no_leftovers();
+}
+
+fn assert_no_leftovers() {
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(left.is_empty(), "{left:#?}");
+}

@@ -1,7 +1,8 @@
 //! Advisory file locks: the liveness proof of a guardian, and the guard around
 //! corrupt-database recovery.
 //!
-//! A live guardian holds an exclusive `flock` on `trees/<id>.lock` for its whole life.
+//! A live guardian holds an exclusive `flock` on its record file `trees/<id>.tree`
+//! (see [`super::record_file`]) for its whole life.
 //! The kernel drops the lock when the last descriptor of that open file goes away, so
 //! the lock is free exactly when the guardian is dead, however it died, and this holds
 //! even when the database is lost. The descriptor is close-on-exec, so CMD never
@@ -18,7 +19,7 @@ pub struct FileLock {
     path: PathBuf,
 }
 
-/// What a guardian writes into its lock file, so a tree can be swept without a record.
+/// Who held a record file's lock, from the record's first line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     pub guardian_pid: i32,
@@ -26,36 +27,18 @@ pub struct LockInfo {
     pub boot_id: String,
 }
 
-impl LockInfo {
-    fn render(&self) -> String {
-        format!(
-            "{} {} {}\n",
-            self.guardian_pid, self.guardian_starttime, self.boot_id
-        )
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        let mut it = text.split_whitespace();
-        let info = LockInfo {
-            guardian_pid: it.next()?.parse().ok()?,
-            guardian_starttime: it.next()?.parse().ok()?,
-            boot_id: it.next()?.to_owned(),
-        };
-        it.next().is_none().then_some(info)
-    }
-}
-
 impl FileLock {
-    /// Creates the lock file for a new tree already locked: it is built under a
-    /// temporary name and renamed into place, so nobody ever sees it unlocked.
-    pub fn create_held(path: &Path, info: &LockInfo) -> io::Result<Self> {
+    /// Creates a file already locked, opened for appending, with `first` as its
+    /// content: built under a temporary name and renamed into place, so nobody ever
+    /// sees it unlocked or empty.
+    pub fn create_held_with(path: &Path, first: &[u8]) -> io::Result<Self> {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let mut file = open_rw(&tmp, true)?;
+        let mut file = open_appending(&tmp, true)?;
         let placed = (|| {
             if !flock(&file, true)? {
-                return Err(io::Error::other("fresh lock file is locked"));
+                return Err(io::Error::other("fresh record file is locked"));
             }
-            file.write_all(info.render().as_bytes())?;
+            file.write_all(first)?;
             std::fs::rename(&tmp, path)
         })();
         if let Err(e) = placed {
@@ -67,6 +50,33 @@ impl FileLock {
             file,
             path: path.to_path_buf(),
         })
+    }
+
+    /// [`FileLock::try_acquire`], with the file opened for appending.
+    pub fn try_acquire_appending(path: &Path) -> io::Result<Option<Self>> {
+        let file = open_appending(path, false)?;
+        if !flock(&file, false)? || !same_file(&file, path) {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            file,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// Appends `bytes` (the file was opened with `O_APPEND`: one `write` lands whole
+    /// at the end, never interleaved with another writer's).
+    pub fn append(&self, bytes: &[u8]) -> io::Result<()> {
+        (&self.file).write_all(bytes)
+    }
+
+    /// The whole file, read through the locked descriptor.
+    pub fn read_all(&mut self) -> io::Result<Vec<u8>> {
+        use std::io::Seek;
+        let mut out = Vec::new();
+        self.file.seek(io::SeekFrom::Start(0))?;
+        self.file.read_to_end(&mut out)?;
+        Ok(out)
     }
 
     /// Takes the lock if it is free. `Ok(None)`: someone holds it. Also `Ok(None)` when
@@ -95,18 +105,35 @@ impl FileLock {
         })
     }
 
+    /// Who held the lock: read from a record file's first line.
     pub fn info(&mut self) -> Option<LockInfo> {
-        let mut text = String::new();
-        use std::io::Seek;
-        self.file.seek(io::SeekFrom::Start(0)).ok()?;
-        (&self.file).take(4096).read_to_string(&mut text).ok()?;
-        LockInfo::parse(&text)
+        let read = super::record_file::parse(&self.read_all().ok()?)?;
+        Some(LockInfo {
+            guardian_pid: read.tree.guardian.pid,
+            guardian_starttime: read.tree.guardian.starttime,
+            boot_id: read.tree.boot_id,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Deletes the lock file while still holding it: the tree is finished with.
     pub fn remove(self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+fn open_appending(path: &Path, create: bool) -> io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true).append(true).create(create);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600).custom_flags(libc_nofollow());
+    }
+    o.open(path)
 }
 
 fn open_rw(path: &Path, create: bool) -> io::Result<File> {
@@ -175,30 +202,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn held_lock_is_seen_held_then_free() {
+    fn held_lock_is_seen_held_then_free_and_appends_whole_lines() {
         let dir = std::env::temp_dir().join(format!("ut-lock-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.lock");
-        let info = LockInfo {
-            guardian_pid: 42,
-            guardian_starttime: 7,
-            boot_id: "b".into(),
-        };
-        let held = FileLock::create_held(&path, &info).unwrap();
+        let path = dir.join("t.tree");
+        let held = FileLock::create_held_with(&path, b"one\n").unwrap();
         assert!(FileLock::try_acquire(&path).unwrap().is_none());
+        held.append(b"two\n").unwrap();
         drop(held);
-        let mut got = FileLock::try_acquire(&path).unwrap().expect("free");
-        assert_eq!(got.info(), Some(info));
+        let mut got = FileLock::try_acquire_appending(&path)
+            .unwrap()
+            .expect("free");
+        got.append(b"three\n").unwrap();
+        assert_eq!(got.read_all().unwrap(), b"one\ntwo\nthree\n");
+        // Not a record file: no holder to name.
+        assert_eq!(got.info(), None);
         got.remove();
         assert!(!path.exists());
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn lock_info_parsing() {
-        assert_eq!(LockInfo::parse(""), None);
-        assert_eq!(LockInfo::parse("1 2"), None);
-        assert_eq!(LockInfo::parse("1 2 b x"), None);
-        assert!(LockInfo::parse("1 2 b\n").is_some());
     }
 }

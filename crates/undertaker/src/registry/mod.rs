@@ -4,11 +4,13 @@
 //! guardian and every `sweep`/`ps`/`kill`/`log`. See docs/REGISTRY.md for the schema,
 //! the concurrency rules and why writes are not fsynced.
 
+mod fold;
 pub mod lock;
+pub mod record_file;
 pub mod state_dir;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +29,7 @@ pub enum RegistryError {
 }
 
 /// Lifecycle state as stored. `orphaned` is never stored: it is derived at read time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoredState {
     Running,
@@ -53,7 +55,7 @@ impl StoredState {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuardianRecord {
     pub pid: i32,
     pub starttime: u64,
@@ -61,7 +63,7 @@ pub struct GuardianRecord {
     pub pidfs_inode: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootRecord {
     pub pid: i32,
     pub starttime: u64,
@@ -71,7 +73,7 @@ pub struct RootRecord {
 }
 
 /// How a tree's owner was given.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OwnerKind {
     /// undertaker's parent (the default).
@@ -107,7 +109,7 @@ impl OwnerKind {
 }
 
 /// The containment a tree got, as recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RecordedTier {
     Cgroup,
@@ -147,14 +149,14 @@ impl From<crate::Tier> for RecordedTier {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OwnerRecord {
     pub kind: OwnerKind,
     pub pid: Option<i32>,
     pub starttime: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeRecord {
     pub id: String,
     pub boot_id: String,
@@ -173,7 +175,8 @@ pub struct TreeRecord {
 }
 
 /// One audit log line: a signal sent, a refusal, or a note.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct AuditEntry {
     pub id: i64,
     pub time_ms: i64,
@@ -221,7 +224,8 @@ pub struct Registry {
 }
 
 /// Schema steps; `user_version` = number of steps applied.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE trees (
     id TEXT PRIMARY KEY,
     boot_id TEXT NOT NULL,
@@ -262,7 +266,12 @@ CREATE TABLE audit (
     message TEXT
 );
 CREATE INDEX audit_by_tree ON audit (tree_id, id);
-"#];
+"#,
+    r#"
+ALTER TABLE audit ADD COLUMN seq INTEGER;
+CREATE UNIQUE INDEX audit_by_tree_seq ON audit (tree_id, seq);
+"#,
+];
 
 /// How long a writer keeps retrying a busy database before giving up. Far above any
 /// real contention: 100 guardians each write a handful of short rows.
@@ -335,15 +344,6 @@ impl Registry {
     /// and replaces a corrupt database with a fresh one (see [`Registry::recovered`]).
     pub fn open(dir: &StateDir, boot_id: &str) -> Result<Self, RegistryError> {
         Self::open_checked(dir, boot_id, true)
-    }
-
-    /// [`Registry::open`] without `PRAGMA quick_check`, whose cost grows with the
-    /// database (every page is read; ~5 ms at 600 KiB). For a guardian, which only
-    /// writes its own row: a corrupt header still fails the open and is recovered, and
-    /// deeper damage fails the first write, after which the caller reopens with
-    /// [`Registry::open`] (full check and recovery).
-    pub fn open_unchecked(dir: &StateDir, boot_id: &str) -> Result<Self, RegistryError> {
-        Self::open_checked(dir, boot_id, false)
     }
 
     fn open_checked(dir: &StateDir, boot_id: &str, check: bool) -> Result<Self, RegistryError> {
@@ -483,44 +483,9 @@ impl Registry {
 
     /// Records a new tree before its command starts (root unknown yet).
     pub fn insert_tree(&self, t: &TreeRecord) -> Result<(), RegistryError> {
-        retry(|| {
-            self.conn.execute(
-                "INSERT INTO trees (id, boot_id, label, tier, state, guardian_pid,
-                    guardian_starttime, guardian_pgid, guardian_pidfs_inode, root_pid,
-                    root_starttime, root_pgid, root_sid, root_uid, owner_kind, owner_pid,
-                    owner_starttime, cgroup_path, cgroup_id, created_ms, updated_ms,
-                    finished_ms, exit_status)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                    ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
-                params![
-                    t.id,
-                    t.boot_id,
-                    t.label,
-                    t.tier.as_str(),
-                    t.state.as_str(),
-                    t.guardian.pid,
-                    t.guardian.starttime as i64,
-                    t.guardian.pgid,
-                    t.guardian.pidfs_inode.map(|v| v as i64),
-                    t.root.as_ref().map(|r| r.pid),
-                    t.root.as_ref().map(|r| r.starttime as i64),
-                    t.root.as_ref().map(|r| r.pgid),
-                    t.root.as_ref().map(|r| r.sid),
-                    t.root.as_ref().map(|r| r.uid),
-                    t.owner.kind.as_str(),
-                    t.owner.pid,
-                    t.owner.starttime.map(|v| v as i64),
-                    t.cgroup_path,
-                    t.cgroup_id.map(|v| v as i64),
-                    t.created_ms,
-                    t.updated_ms,
-                    t.finished_ms,
-                    t.exit_status,
-                ],
-            )
-        })
-        .map(|_| ())
-        .map_err(|e| self.err(e))
+        retry(|| insert_tree_row(&self.conn, "INSERT", t))
+            .map(|_| ())
+            .map_err(|e| self.err(e))
     }
 
     pub fn set_root(&self, id: &str, root: &RootRecord) -> Result<(), RegistryError> {
@@ -620,27 +585,8 @@ impl Registry {
         }
         retry(|| {
             let tx = self.conn.unchecked_transaction()?;
-            {
-                let mut st = tx.prepare_cached(
-                    "INSERT INTO audit (time_ms, tree_id, actor, event, target_pid,
-                        target_starttime, signal, proof, outcome, refusal_code, message)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                )?;
-                for e in entries {
-                    st.execute(params![
-                        if e.time_ms == 0 { now_ms() } else { e.time_ms },
-                        e.tree,
-                        e.actor,
-                        e.event,
-                        e.pid,
-                        e.starttime.map(|v| v as i64),
-                        e.signal,
-                        e.proof,
-                        e.outcome,
-                        e.refusal_code,
-                        e.message,
-                    ])?;
-                }
+            for e in entries {
+                insert_audit_row(&tx, e, None)?;
             }
             tx.commit()
         })
@@ -675,6 +621,72 @@ impl Registry {
         })
         .map_err(|e| self.err(e))
     }
+}
+
+/// Writes a tree row; `verb` is `INSERT` or `INSERT OR REPLACE` (the fold).
+fn insert_tree_row(conn: &Connection, verb: &str, t: &TreeRecord) -> rusqlite::Result<usize> {
+    conn.prepare_cached(&format!(
+        "{verb} INTO trees (id, boot_id, label, tier, state, guardian_pid,
+            guardian_starttime, guardian_pgid, guardian_pidfs_inode, root_pid,
+            root_starttime, root_pgid, root_sid, root_uid, owner_kind, owner_pid,
+            owner_starttime, cgroup_path, cgroup_id, created_ms, updated_ms,
+            finished_ms, exit_status)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+            ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+    ))?
+    .execute(params![
+        t.id,
+        t.boot_id,
+        t.label,
+        t.tier.as_str(),
+        t.state.as_str(),
+        t.guardian.pid,
+        t.guardian.starttime as i64,
+        t.guardian.pgid,
+        t.guardian.pidfs_inode.map(|v| v as i64),
+        t.root.as_ref().map(|r| r.pid),
+        t.root.as_ref().map(|r| r.starttime as i64),
+        t.root.as_ref().map(|r| r.pgid),
+        t.root.as_ref().map(|r| r.sid),
+        t.root.as_ref().map(|r| r.uid),
+        t.owner.kind.as_str(),
+        t.owner.pid,
+        t.owner.starttime.map(|v| v as i64),
+        t.cgroup_path,
+        t.cgroup_id.map(|v| v as i64),
+        t.created_ms,
+        t.updated_ms,
+        t.finished_ms,
+        t.exit_status,
+    ])
+}
+
+/// Writes one audit entry; `seq` (its line in a record file) makes a second fold of
+/// the same file a no-op for it.
+fn insert_audit_row(
+    conn: &Connection,
+    e: &AuditEntry,
+    seq: Option<u64>,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO audit (time_ms, tree_id, actor, event, target_pid,
+            target_starttime, signal, proof, outcome, refusal_code, message, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        if e.time_ms == 0 { now_ms() } else { e.time_ms },
+        e.tree,
+        e.actor,
+        e.event,
+        e.pid,
+        e.starttime.map(|v| v as i64),
+        e.signal,
+        e.proof,
+        e.outcome,
+        e.refusal_code,
+        e.message,
+        seq.map(|v| v as i64),
+    ])
 }
 
 fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord> {

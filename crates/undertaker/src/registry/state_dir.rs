@@ -126,13 +126,9 @@ impl StateDir {
         self.path.join("registry.lock")
     }
 
-    /// Holds one lock file per live guardian (see [`super::lock`]).
+    /// Holds one record file per tree not yet folded (see [`super::record_file`]).
     pub fn trees_dir(&self) -> PathBuf {
         self.path.join("trees")
-    }
-
-    pub fn tree_lock_path(&self, tree: &str) -> PathBuf {
-        self.trees_dir().join(format!("{tree}.lock"))
     }
 }
 

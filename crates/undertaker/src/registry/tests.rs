@@ -151,3 +151,79 @@ fn unsafe_state_dirs_are_refused() {
     let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
 }
+
+/// Writes `trees` finished record files with `entries` audit lines each.
+fn write_records(dir: &StateDir, trees: usize, entries: usize) {
+    use record_file::{Line, RecordWriter};
+    for t in 0..trees {
+        let w = RecordWriter::create(dir, &sample(&format!("t{t:03}"), "boot")).unwrap();
+        let lines: Vec<Line> = (0..entries)
+            .map(|i| {
+                Line::Audit(AuditEntry {
+                    time_ms: 1 + i as i64,
+                    actor: "guardian".into(),
+                    event: "signal".into(),
+                    pid: Some(i as i32),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        w.append(&lines).unwrap();
+        w.finish(Some(0)).unwrap();
+    }
+}
+
+#[test]
+fn a_second_fold_of_the_same_file_changes_nothing() {
+    let tmp = TempDir::new("refold");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    write_records(&dir, 1, 3);
+    let path = record_file::path_of(&dir, "t000");
+    let kept = std::fs::read(&path).unwrap();
+    let reg = Registry::open(&dir, "boot").unwrap();
+    assert!(reg.fold(&dir, "boot").is_empty());
+    assert!(!path.exists(), "folded file removed");
+    // A folder killed after its commit, before removing the file: the file is back.
+    std::fs::write(&path, &kept).unwrap();
+    assert!(reg.fold(&dir, "boot").is_empty());
+    assert_eq!(reg.audit(None).unwrap().len(), 3);
+    let t = reg.tree("t000").unwrap().unwrap();
+    assert_eq!(t.state, StoredState::Finished);
+    assert_eq!(t.exit_status, Some(0));
+}
+
+#[test]
+fn concurrent_folders_neither_duplicate_nor_lose_an_entry() {
+    let tmp = TempDir::new("concurrent-fold");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    write_records(&dir, 60, 5);
+    Registry::open(&dir, "boot").unwrap();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let dir = dir.clone();
+            s.spawn(move || {
+                let reg = Registry::open(&dir, "boot").unwrap();
+                reg.fold(&dir, "boot");
+            });
+        }
+    });
+    let reg = Registry::open(&dir, "boot").unwrap();
+    assert_eq!(reg.trees(true).unwrap().len(), 60);
+    assert_eq!(reg.audit(None).unwrap().len(), 300);
+    assert!(record_file::list(&dir).is_empty());
+}
+
+#[test]
+fn a_live_record_is_read_not_folded() {
+    let tmp = TempDir::new("live-fold");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    let w = record_file::RecordWriter::create(&dir, &sample("live1", "boot")).unwrap();
+    let reg = Registry::open(&dir, "boot").unwrap();
+    let live = reg.fold(&dir, "boot");
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].tree.id, "live1");
+    assert!(reg.tree("live1").unwrap().is_none());
+    w.finish(None).unwrap();
+    assert!(reg.fold(&dir, "boot").is_empty());
+    assert!(reg.tree("live1").unwrap().is_some());
+}

@@ -1,7 +1,9 @@
 //! `ps`, `sweep` and `kill`: reading the registry against the live system, and
 //! finishing the job of guardians that died.
 //!
-//! A guardian is alive exactly while its lock file is locked (see
+//! Every command first folds the record files of finished and abandoned trees into
+//! the database ([`Registry::fold`]); live trees are read from their record files. A
+//! guardian is alive exactly while its record file is locked (see
 //! [`crate::registry::lock`]). Trees of dead guardians are torn down by marker: a
 //! process is a member only if it carries `UNDERTAKER_TREE=<id>`, has our uid and
 //! started no earlier than the guardian, each proven through a pidfd opened first.
@@ -18,6 +20,7 @@ use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::{Members, NotProven, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource, KILL_CAP};
 use crate::registry::lock::{FileLock, LockInfo};
+use crate::registry::record_file::{self, ReadRecord};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, Registry,
     RegistryError, StateDir, StoredState, TreeRecord,
@@ -37,6 +40,8 @@ pub struct Context {
     pub signaller: Signaller,
     pub dir: StateDir,
     pub registry: Registry,
+    /// Record files of live trees (their guardian holds the lock), read at open.
+    pub live: Vec<ReadRecord>,
 }
 
 impl Context {
@@ -49,11 +54,33 @@ impl Context {
         let me = signaller.me();
         let (dir, registry) =
             open_registry(state_dir, me.uid, &me.boot_id.clone()).map_err(|(_, e)| e)?;
+        let live = registry.fold(&dir, &me.boot_id);
         Ok(Self {
             signaller,
             dir,
             registry,
+            live,
         })
+    }
+
+    /// Every tree of this boot: the database's, then the live ones.
+    pub fn trees(&self) -> Result<Vec<TreeRecord>, RegistryError> {
+        let mut trees = self.registry.trees(true)?;
+        trees.retain(|t| !self.live.iter().any(|l| l.tree.id == t.id));
+        trees.extend(self.live.iter().map(|l| l.tree.clone()));
+        Ok(trees)
+    }
+
+    /// One tree as it is now: its record file is folded first when its guardian has
+    /// finished with it since this command started.
+    pub fn tree(&self, id: &str) -> Result<Option<TreeRecord>, RegistryError> {
+        let boot_id = &self.signaller.me().boot_id;
+        if !self.registry.fold_one(&self.dir, id, boot_id) {
+            if let Some(read) = record_file::read(&record_file::path_of(&self.dir, id)) {
+                return Ok(Some(read.tree));
+            }
+        }
+        self.registry.tree(id)
     }
 
     fn procfs(&self) -> &Procfs {
@@ -71,13 +98,13 @@ enum GuardianState {
 }
 
 fn guardian_state(ctx: &Context, id: &str, rec: Option<&TreeRecord>) -> GuardianState {
-    match FileLock::try_acquire(&ctx.dir.tree_lock_path(id)) {
+    match FileLock::try_acquire(&record_file::path_of(&ctx.dir, id)) {
         Ok(None) => GuardianState::Alive,
         Ok(Some(lock)) => GuardianState::Dead(Some(lock)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match rec {
-            // A guardian deletes its lock only after marking the tree finished, so a
-            // missing lock on an unfinished row means it died; still, a guardian that
-            // is provably the recorded process is never called dead.
+            // A record file is folded only once its lock is free, so a missing file
+            // on an unfinished row means the guardian died; still, a guardian that is
+            // provably the recorded process is never called dead.
             Some(r) if r.state != StoredState::Finished => {
                 match ctx.procfs().stat(r.guardian.pid) {
                     Ok(s) if s.starttime == r.guardian.starttime && s.state != 'Z' => {
@@ -158,7 +185,7 @@ fn live_pids(
 
 pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
     let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
-    let rows = ctx.registry.trees(true)?;
+    let rows = ctx.trees()?;
     let now = now_ms();
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
@@ -300,7 +327,7 @@ impl TreeSource for MarkerSource<'_> {
 /// Reconciles every tree: finishes those whose guardian died.
 pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepReport, RegistryError> {
     let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
-    let rows = ctx.registry.trees(true)?;
+    let rows = ctx.trees()?;
     let mut ids: BTreeMap<String, Option<TreeRecord>> = BTreeMap::new();
     for r in rows {
         if r.state != StoredState::Finished || markers.contains_key(&r.id) {
@@ -422,7 +449,14 @@ fn sweep_tree(
         GuardianState::Dead(lock) => lock,
     };
     let me = ctx.signaller.me();
+    // A guardian that died since this command folded: fold its record now, so the
+    // tree has a row to finish (the lock is taken again for the fold).
     let info: Option<LockInfo> = lock.as_mut().and_then(|l| l.info());
+    let mut folded = None;
+    if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
+        folded = ctx.registry.tree(id)?;
+    }
+    let rec = folded.as_ref().or(rec);
     let not_before = rec.map(|r| r.guardian.starttime).or_else(|| {
         info.as_ref()
             .filter(|i| i.boot_id == me.boot_id)
@@ -793,16 +827,13 @@ pub fn resolve_tree(
         .registry
         .trees_by_prefix(selector.as_str())?
         .into_iter()
+        .chain(ctx.live.iter().map(|l| l.tree.clone()))
         .map(|r| (r.id.clone(), Some(r)))
         .collect();
-    if let Ok(entries) = std::fs::read_dir(ctx.dir.trees_dir()) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(id) = name.strip_suffix(".lock") {
-                if TreeId::parse(id).is_some() {
-                    found.entry(id.to_owned()).or_insert(None);
-                }
-            }
+    // Record files that appeared since the fold, or that did not parse.
+    for (id, _) in record_file::list(&ctx.dir) {
+        if TreeId::parse(&id).is_some() {
+            found.entry(id).or_insert(None);
         }
     }
     let id = selector.pick(found.keys().map(String::as_str))?.to_owned();
@@ -813,7 +844,15 @@ pub fn resolve_tree(
 /// The audit log, oldest first; with a selector, only that tree's entries. A tree
 /// that is recorded but has nothing logged yet gives an empty log, not an error.
 pub fn log(ctx: &Context, tree: Option<&TreeSelector>) -> Result<Vec<AuditEntry>, Error> {
-    let entries = ctx.registry.audit(None)?;
+    let mut entries = ctx.registry.audit(None)?;
+    // Live trees' entries are still in their record files.
+    let mut live: Vec<AuditEntry> = ctx
+        .live
+        .iter()
+        .flat_map(|l| l.audit.iter().map(|(_, e)| e.clone()))
+        .collect();
+    live.sort_by_key(|e| e.time_ms);
+    entries.extend(live);
     let Some(selector) = tree else {
         return Ok(entries);
     };
@@ -862,7 +901,7 @@ pub fn kill(
         }
         // The guardian died without finishing: fall through and sweep.
     }
-    let rec_now = ctx.registry.tree(id)?;
+    let rec_now = ctx.tree(id)?;
     match sweep_tree(
         ctx,
         id,
@@ -933,7 +972,7 @@ fn kill_live_guardian(
                 .map_or(0, Vec::len),
         }));
     }
-    let now = ctx.registry.tree(id)?;
+    let now = ctx.tree(id)?;
     if now
         .as_ref()
         .is_some_and(|t| t.state == StoredState::Finished)

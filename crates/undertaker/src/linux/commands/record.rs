@@ -1,4 +1,5 @@
-//! The guardian's bookkeeping: its lock file, its registry row and its audit lines.
+//! The guardian's bookkeeping: its tree's record file (record, facts, audit lines, and
+//! the liveness lock), and the registry opening the commands share.
 //!
 //! Coverage beats bookkeeping: if the registry cannot be used, the command is still
 //! guarded and a warning is logged. Only an explicitly chosen state directory that is
@@ -8,26 +9,29 @@ use crate::audit::{audit_entry, AuditEvent};
 use crate::identity::TreeId;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
-use crate::registry::lock::{FileLock, LockInfo};
+use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
-    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry,
-    RegistryError, RootRecord, StateDir, StoredState, TreeRecord,
+    now_ms, state_dir, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry, RegistryError,
+    RootRecord, StateDir, StoredState, TreeRecord,
 };
 use crate::{RunError, RunOptions};
 use rustix::fd::AsFd;
 
-/// Test-only hook: milliseconds to sleep after the row is written and before CMD is
-/// spawned, so tests can kill a guardian inside that window.
+/// Test-only hooks: milliseconds to sleep after the record file is written and
+/// before CMD is spawned, and before the finished mark, so tests can kill a guardian
+/// inside those windows.
 pub const TEST_PAUSE_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN";
+pub const TEST_PAUSE_BEFORE_FINISH_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_FINISH";
 
+/// The guardian's side of the registry: its tree's record file, never the database
+/// (docs/REGISTRY.md). Facts are appended as they become known; audit entries are
+/// queued and written in one append before every wait.
 pub struct Recorder {
     tree: TreeId,
     /// Who writes the audit entries: `guardian`, or `sentinel` after a takeover.
     actor: &'static str,
-    registry: Option<Registry>,
-    lock: Option<FileLock>,
-    finished: bool,
-    pending_audit: std::cell::RefCell<Vec<AuditEntry>>,
+    writer: Option<RecordWriter>,
+    pending_audit: std::cell::RefCell<Vec<Line>>,
 }
 
 /// Opens the state directory and registry for `path` (None = the default chain).
@@ -38,16 +42,6 @@ pub fn open_registry(
     boot_id: &str,
 ) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
     open_registry_with(path, uid, boot_id, Registry::open)
-}
-
-/// [`open_registry`] for a guardian: no full integrity check up front (see
-/// [`Registry::open_unchecked`]).
-fn open_registry_for_guardian(
-    path: Option<&std::path::Path>,
-    uid: u32,
-    boot_id: &str,
-) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
-    open_registry_with(path, uid, boot_id, Registry::open_unchecked)
 }
 
 fn open_registry_with(
@@ -88,7 +82,7 @@ pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
 }
 
 impl Recorder {
-    /// Takes the tree's lock and writes its row, before CMD exists.
+    /// Creates the tree's record file (holding its liveness lock), before CMD exists.
     pub fn start(
         opts: &RunOptions,
         tree: &TreeId,
@@ -99,21 +93,21 @@ impl Recorder {
         let mut rec = Recorder {
             tree: tree.clone(),
             actor: "guardian",
-            registry: None,
-            lock: None,
-            finished: false,
+            writer: None,
             pending_audit: Default::default(),
         };
         let me = signaller.me();
-        let opened = open_registry_for_guardian(opts.state_dir.as_deref(), me.uid, &me.boot_id);
-        let (dir, registry) = match opened {
-            Ok(x) => x,
+        let dir = match state_dir::resolve(opts.state_dir.as_deref())
+            .map_err(|e| (Origin::Default, e))
+            .and_then(|(path, origin)| StateDir::prepare(&path, me.uid).map_err(|e| (origin, e)))
+        {
+            Ok(dir) => dir,
             Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
                 return Err(RunError::Usage(e.to_string()))
             }
             Err((_, e)) => {
                 tracing::warn!("not recording tree {tree}: {e}");
-                rec.pause_for_tests();
+                pause_for_tests(TEST_PAUSE_ENV);
                 return Ok(rec);
             }
         };
@@ -121,22 +115,8 @@ impl Recorder {
             tracing::warn!("not recording tree {tree}: cannot read /proc/self");
             return Ok(rec);
         };
-        // The lock comes first: a row without a held lock would look like a dead
-        // guardian to `sweep`.
-        let info = LockInfo {
-            guardian_pid: guardian.pid,
-            guardian_starttime: guardian.starttime,
-            boot_id: me.boot_id.clone(),
-        };
-        match FileLock::create_held(&dir.tree_lock_path(tree.as_str()), &info) {
-            Ok(lock) => rec.lock = Some(lock),
-            Err(e) => {
-                tracing::warn!("not recording tree {tree}: lock file: {e}");
-                return Ok(rec);
-            }
-        }
         let now = now_ms();
-        let row = TreeRecord {
+        let record = TreeRecord {
             id: tree.to_string(),
             boot_id: me.boot_id.clone(),
             label: opts.label.clone(),
@@ -152,140 +132,113 @@ impl Recorder {
             finished_ms: None,
             exit_status: None,
         };
-        match registry.insert_tree(&row) {
-            Ok(()) => rec.registry = Some(registry),
-            Err(first) => {
-                // Maybe damage the unchecked open did not see: reopen with the full
-                // check (which moves a corrupt database aside) and try once more.
-                drop(registry);
-                let retried = Registry::open(&dir, &me.boot_id).and_then(|registry| {
-                    report_recovery(&registry);
-                    registry.insert_tree(&row).map(|()| registry)
-                });
-                match retried {
-                    Ok(registry) => rec.registry = Some(registry),
-                    Err(e) => tracing::warn!("not recording tree {tree}: {first}; {e}"),
-                }
-            }
+        match RecordWriter::create(&dir, &record) {
+            Ok(writer) => rec.writer = Some(writer),
+            Err(e) => tracing::warn!("not recording tree {tree}: record file: {e}"),
         }
-        rec.pause_for_tests();
+        pause_for_tests(TEST_PAUSE_ENV);
         Ok(rec)
     }
 
     /// The record of a tree whose guardian died, for the sentinel that tears it down:
-    /// the row exists (or was never written); the dead guardian's lock is taken over so
-    /// it can be removed once the tree is finished.
+    /// its record file is taken over (the dead guardian's lock is free) and finished
+    /// once the tree is torn down.
     pub fn adopt(opts: &RunOptions, tree: &TreeId, signaller: &Signaller) -> Self {
         let mut rec = Recorder {
             tree: tree.clone(),
             actor: "sentinel",
-            registry: None,
-            lock: None,
-            finished: false,
+            writer: None,
             pending_audit: Default::default(),
         };
         let me = signaller.me();
-        match open_registry(opts.state_dir.as_deref(), me.uid, &me.boot_id) {
-            Ok((dir, registry)) => {
-                rec.lock = FileLock::try_acquire(&dir.tree_lock_path(tree.as_str()))
-                    .ok()
-                    .flatten();
-                rec.registry = Some(registry);
-            }
-            Err((_, e)) => tracing::warn!("not recording the end of tree {tree}: {e}"),
+        let adopted = state_dir::resolve(opts.state_dir.as_deref())
+            .and_then(|(path, _)| StateDir::prepare(&path, me.uid))
+            .map_err(|e| e.to_string())
+            .and_then(|dir| RecordWriter::adopt(&dir, tree.as_str()).map_err(|e| e.to_string()));
+        match adopted {
+            Ok(writer) => rec.writer = writer,
+            Err(e) => tracing::warn!("not recording the end of tree {tree}: {e}"),
         }
         rec
     }
 
-    fn pause_for_tests(&self) {
-        if let Some(ms) = std::env::var(TEST_PAUSE_ENV)
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-        {
-            std::thread::sleep(std::time::Duration::from_millis(ms));
+    fn write(&self, lines: &[Line]) {
+        if let Some(w) = &self.writer {
+            if let Err(e) = w.append(lines) {
+                tracing::warn!("record of {}: {e}", self.tree);
+            }
         }
     }
 
     /// Records CMD's identity, read right after spawn (its pidfd is already open).
     pub fn set_root(&self, procfs: &Procfs, pid: i32) {
-        let Some(reg) = &self.registry else { return };
+        if self.writer.is_none() {
+            return;
+        }
         let (Ok(stat), Ok(uid)) = (procfs.stat(pid), procfs.real_uid(pid)) else {
             return;
         };
-        let root = RootRecord {
+        self.write(&[Line::Root(RootRecord {
             pid,
             starttime: stat.starttime,
             pgid: stat.pgrp,
             sid: stat.session,
             uid,
-        };
-        if let Err(e) = reg.set_root(self.tree.as_str(), &root) {
-            tracing::warn!("recording root of {}: {e}", self.tree);
-        }
+        })]);
     }
 
-    /// Before the guardian starts idling: frees SQLite's page cache and returns free
-    /// heap to the kernel, so an idle guardian's resident set is its code and little
-    /// else. The next write re-reads the few pages it needs.
+    /// Before the guardian starts idling: returns free heap to the kernel, so an idle
+    /// guardian's resident set is its code and little else.
     pub fn idle(&self) {
-        if let Some(reg) = &self.registry {
-            reg.release_memory();
-        }
         crate::linux::kernel::sys::trim_heap();
     }
 
     /// Records where the cgroup tier put the tree, so `sweep` can kill it there.
     pub fn set_cgroup(&self, path: &std::path::Path, cgroup_id: u64) {
-        let Some(reg) = &self.registry else { return };
-        if let Err(e) = reg.set_cgroup(self.tree.as_str(), &path.to_string_lossy(), cgroup_id) {
-            tracing::warn!("recording cgroup of {}: {e}", self.tree);
-        }
+        self.write(&[Line::Cgroup {
+            path: path.to_string_lossy().into_owned(),
+            id: cgroup_id,
+        }]);
     }
 
     pub fn reaping(&self) {
-        if let Some(reg) = &self.registry {
-            if let Err(e) = reg.set_reaping(self.tree.as_str()) {
-                tracing::warn!("recording teardown of {}: {e}", self.tree);
-            }
-        }
+        self.write(&[Line::Reaping { time_ms: now_ms() }]);
     }
 
     /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
     pub fn audit(&self, event: &AuditEvent) {
-        if self.registry.is_some() {
+        if self.writer.is_some() {
             let mut entry = audit_entry(self.tree.as_str(), self.actor, event);
             entry.time_ms = now_ms();
-            self.pending_audit.borrow_mut().push(entry);
+            // The file names the tree: no need to repeat it on every line.
+            entry.tree = None;
+            self.pending_audit.borrow_mut().push(Line::Audit(entry));
         }
     }
 
-    /// Writes the queued audit entries in one transaction. Teardown calls it before
-    /// every wait, so signals are logged before anything blocks, without one commit
-    /// per signal on the path between the owner's death and the tree's.
+    /// Writes the queued audit entries in one append. Teardown calls it before every
+    /// wait, so signals are logged before anything blocks, with one `write` per batch
+    /// on the path between the owner's death and the tree's.
     pub fn flush_audit(&self) {
         let pending = std::mem::take(&mut *self.pending_audit.borrow_mut());
-        if let Some(reg) = &self.registry {
-            if let Err(e) = reg.append_audit_batch(&pending) {
-                tracing::warn!("audit log: {e}");
-            }
-        }
+        self.write(&pending);
     }
 
-    /// Marks the tree finished, then releases and deletes the lock file.
+    /// Marks the tree finished (the record file's last line) and releases its lock.
     pub fn finished(&mut self, exit_status: Option<i32>) {
-        if self.finished {
-            return;
-        }
         self.flush_audit();
-        self.finished = true;
-        if let Some(reg) = &self.registry {
-            if let Err(e) = reg.set_finished(self.tree.as_str(), exit_status) {
+        if let Some(writer) = self.writer.take() {
+            pause_for_tests(TEST_PAUSE_BEFORE_FINISH_ENV);
+            if let Err(e) = writer.finish(exit_status) {
                 tracing::warn!("recording end of {}: {e}", self.tree);
             }
         }
-        if let Some(lock) = self.lock.take() {
-            lock.remove();
-        }
+    }
+}
+
+fn pause_for_tests(var: &str) {
+    if let Some(ms) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 
