@@ -450,6 +450,8 @@ mod tests {
     use crate::linux::kernel::poll::poll_until;
     use crate::linux::kernel::procfs::Procfs;
     use crate::linux::kernel::sys::BlockedSignals;
+    use crate::registry::lock::FileLock;
+    use crate::registry::record_file;
     use crate::registry::{OwnerKind, Registry, StateDir, StoredState};
     use crate::OwnerSpec;
     use rustix::event::PollFd;
@@ -504,16 +506,14 @@ mod tests {
             starttime: None,
         };
         let dir = StateDir::prepare(&state, me.uid).unwrap();
-        let row = |dir: &StateDir| {
-            let registry = Registry::open(dir, &me.boot_id).unwrap();
-            registry.tree(id.as_str()).unwrap().unwrap()
-        };
+        let file = record_file::path_of(&dir, id.as_str());
+        let row = || record_file::read(&file).unwrap().tree;
 
-        // Recorded before anything runs: a row and a held lock.
+        // Recorded before anything runs: a record file, its lock held.
         let mut tree =
             Tree::record(&opts, id.clone(), Containment::Subreaper, &signaller, owner).unwrap();
-        assert_eq!(row(&dir).state, StoredState::Running);
-        assert!(dir.tree_lock_path(id.as_str()).exists());
+        assert_eq!(row().state, StoredState::Running);
+        assert!(FileLock::try_acquire(&file).unwrap().is_none(), "lock held");
 
         let signals = BlockedSignals::new(&[]).unwrap();
         tree.spawn(&Launch {
@@ -526,7 +526,7 @@ mod tests {
         })
         .unwrap();
         let root = tree.root().map(PidRef::pid).unwrap();
-        assert_eq!(row(&dir).root.map(|r| r.pid), Some(root));
+        assert_eq!(row().root.map(|r| r.pid), Some(root));
 
         let mut host = LendingNothing;
         let exited = tree
@@ -539,9 +539,13 @@ mod tests {
         tree.tear_down(Cause::CommandExited, &signaller, &mut host);
         assert_eq!(tree.finish(), 3);
 
-        let done = row(&dir);
+        assert_eq!(row().state, StoredState::Finished);
+        // Finished: the lock is free, and the next command folds the file into a row.
+        let registry = Registry::open(&dir, &me.boot_id).unwrap();
+        assert!(registry.fold(&dir, &me.boot_id).is_empty());
+        assert!(!file.exists());
+        let done = registry.tree(id.as_str()).unwrap().unwrap();
         assert_eq!(done.state, StoredState::Finished);
         assert_eq!(done.exit_status, Some(3));
-        assert!(!dir.tree_lock_path(id.as_str()).exists());
     }
 }
