@@ -139,6 +139,7 @@ mod linux_main {
             progress("footprint");
             ms.push(scenarios::footprint_rss(&env, &cfg));
             ms.push(scenarios::footprint_binary(&env));
+            ms.push(scenarios::footprint_many(&env, &cfg));
         }
 
         let targets = report::targets(&ms);

@@ -15,6 +15,8 @@ pub struct Config {
     pub sweep: Vec<(usize, usize, usize)>,
     pub registry: Vec<(usize, usize, usize)>,
     pub footprint_rounds: usize,
+    /// Trees held at once for `footprint_many`.
+    pub many_trees: usize,
 }
 
 impl Config {
@@ -25,6 +27,7 @@ impl Config {
             sweep: vec![(1000, 1000, 30), (5000, 5000, 15)],
             registry: vec![(1, 1, 40), (10, 10, 20), (100, 100, 10)],
             footprint_rounds: 5,
+            many_trees: 100,
         }
     }
     pub fn quick() -> Self {
@@ -34,6 +37,7 @@ impl Config {
             sweep: vec![(1000, 1000, 5), (5000, 5000, 3)],
             registry: vec![(1, 1, 8), (10, 10, 5), (100, 100, 3)],
             footprint_rounds: 2,
+            many_trees: 100,
         }
     }
     /// A few seconds: every measurement runs, sizes shrunk (the key keeps the class).
@@ -44,6 +48,7 @@ impl Config {
             sweep: vec![(1000, 10, 1), (5000, 20, 1)],
             registry: vec![(1, 1, 1), (10, 2, 1), (100, 4, 1)],
             footprint_rounds: 1,
+            many_trees: 5,
         }
     }
 }
@@ -763,6 +768,174 @@ pub fn footprint_rss(env: &Env, cfg: &Config) -> Measurement {
         contenders,
     )
 }
+
+/// Summed VmRSS of `pid` and its descendants that run the undertaker binary (a
+/// guardian and its companion; never the guarded command).
+fn undertaker_rss_kib(env: &Env, pid: u32) -> Option<f64> {
+    let exe = std::fs::canonicalize(&env.undertaker).ok()?;
+    let mut total = vm_rss_kib(pid)?;
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        for child in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+        {
+            if std::fs::read_link(format!("/proc/{child}/exe"))
+                .ok()
+                .as_ref()
+                == Some(&exe)
+            {
+                total += vm_rss_kib(child).unwrap_or(0.0);
+            }
+            frontier.push(child);
+        }
+    }
+    Some(total)
+}
+
+/// One `undertaker supervise` holding `n` spawned trees (`sleep 1000` each).
+fn supervise_many_rss(env: &Env, n: usize) -> Attempt {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = match Command::new(&env.undertaker)
+        .arg("--state-dir")
+        .arg(&env.state_dir)
+        .args(["supervise", "--grace", "200ms"])
+        .env("UNDERTAKER_NO_HEAL", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return Attempt::Failed(format!("spawning undertaker supervise: {e}")),
+    };
+    let (Some(mut input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+        return Attempt::Failed("no pipes".into());
+    };
+    let mut lines = String::new();
+    for _ in 0..n {
+        lines.push_str("{\"op\":\"spawn\",\"argv\":[\"sleep\",\"1000\"]}\n");
+    }
+    let sent = input.write_all(lines.as_bytes());
+    let mut reader = BufReader::new(output);
+    let mut ok = 0;
+    let mut line = String::new();
+    while sent.is_ok() && ok < n {
+        line.clear();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.contains("\"ok\":true") => ok += 1,
+            Ok(_) => break,
+        }
+    }
+    let result = if ok == n {
+        std::thread::sleep(Duration::from_millis(200));
+        match undertaker_rss_kib(env, child.id()) {
+            Some(kib) => Attempt::Sample(kib),
+            None => Attempt::Failed("no VmRSS for the supervisor".into()),
+        }
+    } else {
+        Attempt::Failed(format!(
+            "{ok} of {n} spawns answered ok (last: {})",
+            line.trim()
+        ))
+    };
+    drop(input);
+    let _ = procs::wait_or_kill(&mut child, Duration::from_secs(30));
+    result
+}
+
+/// `n` `undertaker run -- sleep 1000` guardians.
+fn run_many_rss(env: &Env, n: usize) -> Attempt {
+    let mut runs: Vec<Child> = Vec::with_capacity(n);
+    let mut failure = None;
+    for _ in 0..n {
+        match Command::new(&env.undertaker)
+            .arg("--state-dir")
+            .arg(&env.state_dir)
+            .args(["run", "--grace", "200ms", "--", "sleep", "1000"])
+            .env("UNDERTAKER_NO_HEAL", "1")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+        {
+            Ok(c) => runs.push(c),
+            Err(e) => {
+                failure = Some(format!("spawning undertaker run: {e}"));
+                break;
+            }
+        }
+    }
+    // Each guardian is up once its command runs.
+    let sleeping = |c: &Child| {
+        let pid = c.id();
+        let mut frontier = vec![pid];
+        while let Some(p) = frontier.pop() {
+            let kids =
+                std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+            for k in kids.split_whitespace() {
+                if std::fs::read_to_string(format!("/proc/{k}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+                {
+                    return true;
+                }
+                frontier.extend(k.parse::<u32>().ok());
+            }
+        }
+        false
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    while failure.is_none() && !runs.iter().all(sleeping) {
+        if Instant::now() > end {
+            failure = Some("guardians did not start their commands within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let result = match failure {
+        Some(why) => Attempt::Failed(why),
+        None => {
+            std::thread::sleep(Duration::from_millis(200));
+            let total: Option<f64> = runs.iter().map(|c| undertaker_rss_kib(env, c.id())).sum();
+            total.map_or_else(|| Attempt::Failed("no VmRSS".into()), Attempt::Sample)
+        }
+    };
+    for c in &runs {
+        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
+            // Our own unreaped child: its number is still its own.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+    for c in &mut runs {
+        let _ = procs::wait_or_kill(c, Duration::from_secs(30));
+    }
+    result
+}
+
+/// Resident memory of guarding many trees at once: one supervisor vs one guardian each.
+pub fn footprint_many(env: &Env, cfg: &Config) -> Measurement {
+    let n = cfg.many_trees;
+    let contenders = vec![
+        Contender::new("undertaker supervise", move || supervise_many_rss(env, n)),
+        Contender::new(RUN_EACH, move || run_many_rss(env, n)),
+    ];
+    measure::run(
+        Spec {
+            key: "footprint_many".into(),
+            what: format!(
+                "summed VmRSS of the undertaker processes guarding {n} idle trees: one `supervise` holding all, or one `run` each"
+            ),
+            unit: "KiB",
+            size: Some(n),
+            rounds: cfg.footprint_rounds,
+            anchors: vec![RUN_EACH],
+        },
+        contenders,
+    )
+}
+
+const RUN_EACH: &str = "undertaker run, one per tree";
 
 pub fn footprint_binary(env: &Env) -> Measurement {
     let bins: Vec<(&str, Result<std::path::PathBuf, String>)> = vec![

@@ -57,6 +57,9 @@ pub mod protocol;
 pub mod registry;
 pub mod report;
 pub mod selector;
+/// A process-wrap layer for tokio hosts such as rmcp (feature `process-wrap`).
+#[cfg(all(target_os = "linux", feature = "process-wrap"))]
+pub mod wrap;
 
 pub use api::{doctor, kill, log, ps, run, supervise, sweep};
 #[cfg(target_os = "linux")]
