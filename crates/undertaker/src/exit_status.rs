@@ -4,9 +4,12 @@
 /// A shell's status for a process that exited with `exit_code` or was ended by `signal`;
 /// `None` when neither is known.
 pub(crate) fn shell_status(exit_code: Option<i32>, signal: Option<i32>) -> Option<i32> {
-    exit_code
-        .map(|code| code & 0xff)
-        .or_else(|| signal.map(killed_by))
+    exit_code.map(exited_with).or_else(|| signal.map(killed_by))
+}
+
+/// A shell's status for a process that exited with `code` (only its low byte counts).
+pub(crate) fn exited_with(code: i32) -> i32 {
+    code & 0xff
 }
 
 /// A shell's status for a process ended by `signal`.

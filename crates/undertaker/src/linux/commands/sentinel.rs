@@ -117,12 +117,12 @@ impl Sentinel {
             }
         };
         if let Some(code) = status.exit_status() {
-            return code & 0xff;
+            return crate::exit_status::exited_with(code);
         }
         let sig = status.terminating_signal().unwrap_or(libc::SIGKILL);
         tracing::warn!("guardian killed by signal {sig}; tearing tree {tree} down here");
         take_over(opts, tree, signaller, signals);
-        128 + sig
+        crate::exit_status::killed_by(sig)
     }
 }
 
