@@ -277,19 +277,7 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
-/// Longest label `run` accepts, in bytes: labels are for people reading `ps`.
-const MAX_LABEL: usize = 256;
-
 fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
-    if let Some(label) = &args.label {
-        if label.len() > MAX_LABEL {
-            errln!(
-                "undertaker: --label is {} bytes long; at most {MAX_LABEL} are allowed",
-                label.len()
-            );
-            return 2;
-        }
-    }
     let owner = match (args.owner, args.owner_fd) {
         (Some(pid), _) => OwnerSpec::Pid(pid),
         (None, Some(fd)) => OwnerSpec::Fd(fd),
@@ -313,10 +301,6 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
 }
 
 fn cmd_supervise(args: SuperviseArgs, state_dir: Option<PathBuf>) -> i32 {
-    if args.label.as_ref().is_some_and(|l| l.len() > MAX_LABEL) {
-        errln!("undertaker: --label is too long; at most {MAX_LABEL} bytes are allowed");
-        return 2;
-    }
     let owner = match (args.owner, args.owner_fd) {
         (Some(pid), _) => OwnerSpec::Pid(pid),
         (None, Some(fd)) => OwnerSpec::Fd(fd),

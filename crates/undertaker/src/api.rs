@@ -13,10 +13,26 @@ use crate::linux::commands::{doctor as doctor_linux, guardian, reconcile};
 #[cfg(target_os = "linux")]
 use crate::selector::TreeSelector;
 
+/// Longest label `run` and `supervise` accept, in bytes: labels are for people
+/// reading `ps`.
+pub const MAX_LABEL: usize = 256;
+
+/// A label longer than [`MAX_LABEL`] is a usage error, before anything starts.
+fn check_label(label: Option<&str>) -> Result<(), RunError> {
+    match label {
+        Some(l) if l.len() > MAX_LABEL => Err(RunError::Usage(format!(
+            "--label is {} bytes long; at most {MAX_LABEL} are allowed",
+            l.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Runs `opts.command` under guard, taking over the calling process (child subreaper,
 /// signal mask, reaping, the fd limit) until the tree is gone; returns the status to
 /// exit with: CMD's own, or 128 + the signal that ended it.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    check_label(opts.label.as_deref())?;
     #[cfg(target_os = "linux")]
     return guardian::run(opts);
     #[cfg(not(target_os = "linux"))]
@@ -30,6 +46,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
 /// process like [`run`], until the input ends, the owner dies or SIGTERM; every tree
 /// is then torn down. Returns the status to exit with (0).
 pub fn supervise(opts: &crate::SuperviseOptions) -> Result<i32, RunError> {
+    check_label(opts.label.as_deref())?;
     #[cfg(target_os = "linux")]
     return crate::linux::commands::supervise::run(opts);
     #[cfg(not(target_os = "linux"))]
