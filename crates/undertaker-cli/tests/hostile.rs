@@ -1660,3 +1660,52 @@ fn a_serving_supervisor_finishes_dead_guardians_trees_in_the_background() {
     assert!(healed, "not healed: {left:?}");
     assert_nothing_left();
 }
+
+// ---------------------------------------------------------------------------------
+// Every wait at start-up is bounded: a corrupt registry whose recovery lock is held by
+// a process that never lets go (stopped, stuck) neither holds up CMD nor a sweep.
+
+#[test]
+fn a_held_recovery_lock_never_holds_up_cmd_or_sweep() {
+    if !isolate("a_held_recovery_lock_never_holds_up_cmd_or_sweep") {
+        return;
+    }
+    let scratch = Scratch::new("recovery");
+    let state = scratch.path().join("state");
+    let out = ut_within(&state, &["run", "--", "true"], Duration::from_secs(20)).unwrap();
+    assert!(out.status.success());
+    std::fs::write(
+        state.join("registry.db"),
+        "not a database, not at all\n".repeat(8),
+    )
+    .unwrap();
+    let locked = scratch.path().join("locked");
+    let mut holder = Command::new("perl")
+        .args([
+            "-e",
+            "use Fcntl qw(:flock); open(my $f, '>>', $ARGV[0]) or die; flock($f, LOCK_EX) or die; \
+             open(my $o, '>', $ARGV[1]) or die; close $o; sleep 1000",
+        ])
+        .arg(state.join("registry.lock"))
+        .arg(&locked)
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&locked, Duration::from_secs(10)));
+    let run = ut_within(
+        &state,
+        &["run", "--", "sh", "-c", "echo ran; exit 7"],
+        Duration::from_secs(30),
+    );
+    let sweep = ut_within(&state, &["sweep"], Duration::from_secs(30));
+    kill9(&mut holder);
+    let run = run.expect("run waited for the recovery lock");
+    assert_eq!(run.status.code(), Some(7), "{}", text(&run.stderr));
+    assert_eq!(text(&run.stdout), "ran\n");
+    let sweep = sweep.expect("sweep waited for the recovery lock");
+    assert!(
+        text(&sweep.stderr).contains("recovering"),
+        "{}",
+        text(&sweep.stderr)
+    );
+    assert_nothing_left();
+}

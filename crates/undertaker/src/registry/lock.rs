@@ -95,14 +95,27 @@ impl FileLock {
         }))
     }
 
-    /// Blocks until the lock is ours (creating the file if needed).
-    pub fn acquire_blocking(path: &Path) -> io::Result<Self> {
+    /// Waits up to `limit` for the lock (creating the file if needed). `Ok(None)`: still
+    /// held by someone else. Never unbounded: a holder that is stopped or stuck must
+    /// not stop us for good.
+    pub fn acquire_within(path: &Path, limit: std::time::Duration) -> io::Result<Option<Self>> {
         let file = open_rw(path, true)?;
-        flock(&file, true)?;
-        Ok(Self {
-            file,
-            path: path.to_path_buf(),
-        })
+        let end = std::time::Instant::now() + limit;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            if flock(&file, false)? {
+                return Ok(Some(Self {
+                    file,
+                    path: path.to_path_buf(),
+                }));
+            }
+            let now = std::time::Instant::now();
+            if now >= end {
+                return Ok(None);
+            }
+            std::thread::sleep(pause.min(end - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Who held the lock: read from a record file's first line.
@@ -219,6 +232,25 @@ mod tests {
         assert_eq!(got.info(), None);
         got.remove();
         assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn waiting_for_a_held_lock_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("ut-lockw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("r.lock");
+        let held = FileLock::acquire_within(&path, std::time::Duration::ZERO)
+            .unwrap()
+            .expect("free");
+        let start = std::time::Instant::now();
+        let got = FileLock::acquire_within(&path, std::time::Duration::from_millis(100)).unwrap();
+        assert!(got.is_none());
+        assert!(start.elapsed() >= std::time::Duration::from_millis(100));
+        drop(held);
+        assert!(FileLock::acquire_within(&path, std::time::Duration::ZERO)
+            .unwrap()
+            .is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

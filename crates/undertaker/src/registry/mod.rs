@@ -196,6 +196,10 @@ pub struct AuditEntry {
     pub message: Option<String>,
 }
 
+/// Longest wait for another process's recovery of a corrupt database (moving a file
+/// aside and creating a fresh one takes milliseconds, even for a crowd).
+const RECOVERY_WAIT: Duration = Duration::from_secs(5);
+
 /// A corrupt database that was moved aside on open.
 #[derive(Debug, Clone)]
 pub struct Recovered {
@@ -359,12 +363,22 @@ impl Registry {
         }
         // Corrupt. Only one process may move the file aside, and it must re-check under
         // the lock: another one may already have replaced it with a fresh database.
-        let _guard = lock::FileLock::acquire_blocking(&dir.recovery_lock_path()).map_err(|e| {
-            RegistryError::Io {
-                path: dir.recovery_lock_path(),
+        // Bounded: a holder that is stopped or stuck must not hold up a guardian's
+        // CMD (which then runs unrecorded) or a sweep (which then sweeps tree cgroups).
+        let lock_path = dir.recovery_lock_path();
+        let _guard = lock::FileLock::acquire_within(&lock_path, RECOVERY_WAIT)
+            .map_err(|e| RegistryError::Io {
+                path: lock_path.clone(),
                 msg: e.to_string(),
-            }
-        })?;
+            })?
+            .ok_or_else(|| RegistryError::Db {
+                path: path.clone(),
+                msg: format!(
+                    "corrupt, and another process has been recovering it for over {} s ({} is locked)",
+                    RECOVERY_WAIT.as_secs(),
+                    lock_path.display()
+                ),
+            })?;
         let why = match Self::try_open(&path, boot_id, true) {
             Ok(reg) => return Ok(reg),
             Err(OpenFailure::Other(e)) => return Err(db_err(e)),
