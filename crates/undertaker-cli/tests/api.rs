@@ -114,3 +114,40 @@ fn host_kill9_takes_every_spawned_tree() {
     let left = survivors_after(Duration::from_secs(30));
     assert!(left.is_empty(), "survivors: {left:?}");
 }
+
+#[test]
+fn adopt_takes_a_passed_pidfd_as_proof() {
+    if !isolate("adopt_takes_a_passed_pidfd_as_proof") {
+        return;
+    }
+    use rustix::fd::AsFd;
+    let scratch = Scratch::new("api-pidfd");
+    let sup = supervisor(&scratch.path().join("state"));
+    let mut child = Command::new("sleep").arg("1000").spawn().unwrap();
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    // Our unreaped child: the pidfd names it.
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).unwrap();
+    let err = sup
+        .request(
+            serde_json::json!({"op": "adopt", "pid": 1234567}),
+            &[pidfd.as_fd()],
+        )
+        .unwrap_err();
+    assert!(err.to_string().starts_with("bad_request"), "{err}");
+    let (pipe_r, _pipe_w) = rustix::pipe::pipe().unwrap();
+    let err = sup
+        .request(serde_json::json!({"op": "adopt"}), &[pipe_r.as_fd()])
+        .unwrap_err();
+    assert!(err.to_string().starts_with("bad_fds"), "{err}");
+    let reply = sup
+        .request(serde_json::json!({"op": "adopt"}), &[pidfd.as_fd()])
+        .unwrap();
+    assert_eq!(reply["pid"], child.id(), "{reply}");
+    assert_eq!(reply["members"], 1, "{reply}");
+    // End of input: the adopted process is torn down with the rest.
+    drop(sup);
+    let status = wait_child(&mut child, Duration::from_secs(10)).expect("adopted child killed");
+    assert!(!status.success());
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(left.is_empty(), "survivors: {left:?}");
+}

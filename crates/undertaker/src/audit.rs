@@ -27,6 +27,8 @@ pub enum Proof {
     /// It is in the process group of a proven leader that was still alive after the
     /// group was read, so the group number still named the leader's group.
     Group { leader: i32 },
+    /// The owner passed a pidfd for it: the pidfd is its identity.
+    PassedPidfd,
 }
 
 impl Proof {
@@ -38,6 +40,7 @@ impl Proof {
             Proof::Cgroup { .. } => "pidfd+cgroup",
             Proof::OwnerChild { .. } => "pidfd+owner-child",
             Proof::Group { .. } => "pidfd+group",
+            Proof::PassedPidfd => "pidfd passed by the owner",
         }
     }
 }

@@ -213,6 +213,11 @@ impl Signaller {
                 NotProven::Refused(Refusal::IdentityMissing { pid })
             }
         })?;
+        self.read_opened(pid, fd)
+    }
+
+    /// Reads the identity of the process `fd` (a pidfd) names, numbered `pid` here.
+    fn read_opened(&self, pid: i32, fd: OwnedFd) -> Result<Opened, NotProven> {
         let stat = self.procfs.stat(pid).map_err(|_| NotProven::Gone)?;
         let info = sys::pidfd_get_info(fd.as_fd()).map_err(|_| NotProven::Gone)?;
         let (ppid, uid) = match info {
@@ -300,6 +305,23 @@ impl Signaller {
         }
         ladder::check_process(&self.me, &opened.live, None)?;
         Ok(opened.proven(Proof::OwnerChild { owner: owner_pid }))
+    }
+
+    /// Proves the process of a pidfd the owner passed (`SCM_RIGHTS`): the pidfd names
+    /// one process for its whole life, so it is the identity; the process must still
+    /// be alive, ours by uid, and not protected. `None` when `fd` is not a pidfd.
+    pub fn prove_passed_pidfd(&self, fd: OwnedFd) -> Option<Result<ProvenProcess, NotProven>> {
+        let pid = pidfd_pid(fd.as_fd())?;
+        let proven = (|| {
+            if pid <= 0 {
+                return Err(NotProven::Gone);
+            }
+            ladder::check_pid(&self.me, pid)?;
+            let opened = self.read_opened(pid, fd)?;
+            ladder::check_process(&self.me, &opened.live, None)?;
+            Ok(opened.proven(Proof::PassedPidfd))
+        })();
+        Some(proven)
     }
 
     /// Proves `pid` is in the process group `leader` leads, has our uid and did not
@@ -478,6 +500,22 @@ impl Signaller {
             Err(_) => Err(Refusal::LeaderNotPinned { pgid }),
         }
     }
+}
+
+/// The pid (in our namespace) of the process a pidfd names; `Some(-1)` or `Some(0)`
+/// when it exited; `None` when `fd` is not a pidfd.
+fn pidfd_pid(fd: BorrowedFd<'_>) -> Option<i32> {
+    match sys::pidfd_get_info(fd) {
+        Ok(Some(info)) => return Some(info.pid),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Some(-1),
+        Err(_) => return None,
+        Ok(None) => {}
+    }
+    use std::os::fd::AsRawFd;
+    let text = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_raw_fd())).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("Pid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Proof that this process is PID 1 of a PID namespace it created for one tree: only

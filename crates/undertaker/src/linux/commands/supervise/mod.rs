@@ -251,7 +251,7 @@ impl Supervisor<'_> {
         request: Request,
         fds: Vec<rustix::fd::OwnedFd>,
     ) -> Result<Fields, ProtocolError> {
-        let takes_fds = matches!(request, Request::Spawn(_));
+        let takes_fds = matches!(request, Request::Spawn(_) | Request::Adopt { .. });
         if !fds.is_empty() && !takes_fds {
             return Err(ProtocolError::new(
                 ErrorCode::BadFds,
@@ -271,14 +271,11 @@ impl Supervisor<'_> {
                 ))
             }
             Request::Unregister { pgid } => self.unregister(pgid),
-            Request::Adopt { pid: Some(pid) } => {
-                let (tree, members) = self.adopt(pid)?;
+            Request::Adopt { pid } => {
+                let (tree, pid, members) = self.adopt(pid, fds)?;
                 Ok(fields(
                     json!({"pid": pid, "tree": tree.as_str(), "members": members}),
                 ))
-            }
-            Request::Adopt { pid: None } => {
-                Err(ProtocolError::new(ErrorCode::BadRequest, "missing \"pid\""))
             }
             Request::Spawn(req) => {
                 let (tree, pid) = self.spawn(req, fds)?;

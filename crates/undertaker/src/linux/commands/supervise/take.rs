@@ -69,10 +69,64 @@ impl Supervisor<'_> {
         self.take(Kind::Register, leader, Some(pgid))
     }
 
-    /// `adopt`: the process (a live child of the owner, of our uid) and its descendants.
-    pub(super) fn adopt(&mut self, pid: i32) -> Result<(TreeId, usize), ProtocolError> {
-        let leader = self.prove_handed(pid)?;
-        self.take(Kind::Adopt, leader, None)
+    /// `adopt`: the process and its descendants. Named by `pid`, it must be a live
+    /// child of the owner, of our uid; passed as a pidfd, the pidfd is the proof.
+    pub(super) fn adopt(
+        &mut self,
+        pid: Option<i32>,
+        fds: Vec<OwnedFd>,
+    ) -> Result<(TreeId, i32, usize), ProtocolError> {
+        let leader = match (<[OwnedFd; 1]>::try_from(fds), pid) {
+            (Ok([fd]), pid) => self.prove_pidfd(fd, pid)?,
+            (Err(fds), Some(pid)) if fds.is_empty() => self.prove_handed(pid)?,
+            (Err(fds), None) if fds.is_empty() => {
+                return Err(ProtocolError::new(
+                    ErrorCode::BadRequest,
+                    "missing \"pid\" (or a pidfd passed with the line)",
+                ))
+            }
+            (Err(fds), _) => {
+                return Err(ProtocolError::new(
+                    ErrorCode::BadFds,
+                    format!("adopt takes 0 or 1 file descriptor, got {}", fds.len()),
+                ))
+            }
+        };
+        let pid = leader.pid();
+        let (tree, members) = self.take(Kind::Adopt, leader, None)?;
+        Ok((tree, pid, members))
+    }
+
+    fn prove_pidfd(&self, fd: OwnedFd, pid: Option<i32>) -> Result<ProvenProcess, ProtocolError> {
+        let proven = self.signaller.prove_passed_pidfd(fd).ok_or_else(|| {
+            ProtocolError::new(ErrorCode::BadFds, "the descriptor passed is not a pidfd")
+        })?;
+        let proven = proven.map_err(|e| refused(pid.unwrap_or(0), e))?;
+        if pid.is_some_and(|p| p != proven.pid()) {
+            return Err(ProtocolError::new(
+                ErrorCode::BadRequest,
+                format!(
+                    "\"pid\" {} is not the pidfd's process {}",
+                    pid.unwrap_or(0),
+                    proven.pid()
+                ),
+            ));
+        }
+        self.check_not_held(proven.pid())?;
+        Ok(proven)
+    }
+
+    fn check_not_held(&self, pid: i32) -> Result<(), ProtocolError> {
+        let held = self.trees.iter().any(|t| {
+            t.root_pid == pid || t.anchors.iter().any(|a| a.pid() == pid && !a.has_exited())
+        });
+        if held {
+            return Err(ProtocolError::refused(
+                RefusalReason::AlreadyGuarded,
+                format!("process {pid} is already in a tree of this supervisor"),
+            ));
+        }
+        Ok(())
     }
 
     fn prove_handed(&self, pid: i32) -> Result<ProvenProcess, ProtocolError> {
@@ -86,15 +140,7 @@ impl Supervisor<'_> {
             .signaller
             .prove_owner_child(pid, owner.pid(), owner.fd())
             .map_err(|e| refused(pid, e))?;
-        let held = self.trees.iter().any(|t| {
-            t.root_pid == pid || t.anchors.iter().any(|a| a.pid() == pid && !a.has_exited())
-        });
-        if held {
-            return Err(ProtocolError::refused(
-                RefusalReason::AlreadyGuarded,
-                format!("process {pid} is already in a tree of this supervisor"),
-            ));
-        }
+        self.check_not_held(pid)?;
         Ok(proven)
     }
 
