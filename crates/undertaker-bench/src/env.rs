@@ -94,7 +94,10 @@ impl Env {
     /// An `undertaker` command with the bench's private state dir.
     pub fn undertaker_cmd(&self) -> Command {
         let mut c = Command::new(&self.undertaker);
-        c.env("UNDERTAKER_STATE_DIR", &self.state_dir)
+        // Self-healing off: a guardian living past a second would sweep the orphaned
+        // tree the sweep measurement keeps on purpose (and add its work to others).
+        c.env("UNDERTAKER_NO_HEAL", "1")
+            .env("UNDERTAKER_STATE_DIR", &self.state_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -135,6 +135,16 @@ mod linux_main {
                 ms.push(scenarios::registry(&env, class, size, rounds));
             }
         }
+        for &(class, size, rounds) in &cfg.ps_live {
+            let key = format!("ps_{class}");
+            if wanted(&key) {
+                progress(&key);
+                ms.push(
+                    scenarios::ps_live(&env, class, size, rounds)
+                        .unwrap_or_else(|e| failed(key, format!("{e:#}"))),
+                );
+            }
+        }
         if wanted("footprint") {
             progress("footprint");
             ms.push(scenarios::footprint_rss(&env, &cfg));

@@ -1,7 +1,7 @@
 //! The table, the targets, the JSON.
 
 use crate::measure::{Measurement, State};
-use crate::scenarios::{undertaker_name, CGROUP_KILL, PS, SWEEP, TINI};
+use crate::scenarios::{undertaker_name, CGROUP_KILL, KILLPG, PS, PS_CMD, SWEEP, TINI};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -55,16 +55,55 @@ pub fn targets(ms: &[Measurement]) -> Vec<Target> {
         1.2,
         "`run -- true` ≤ 1.2× `tini -s -- true`".into(),
     )];
+    t.push(ratio_target(
+        ms,
+        "exit_latency",
+        &auto,
+        TINI,
+        1.5,
+        "exit latency ≤ 1.5× tini's".into(),
+    ));
     for class in [100, 1000] {
         t.push(ratio_target(
             ms,
             &format!("teardown_{class}"),
             &auto,
+            KILLPG,
+            1.3,
+            format!("owner death → tree gone, {class} processes ≤ 1.3× `kill -- -PGID`"),
+        ));
+        t.push(ratio_target(
+            ms,
+            &format!("teardown_{class}"),
+            &format!("{auto} --grace 0"),
             CGROUP_KILL,
             1.3,
-            format!("owner death → tree gone, {class} processes ≤ 1.3× cgroup.kill"),
+            format!(
+                "owner death → tree gone with `--grace 0`, {class} processes ≤ 1.3× cgroup.kill"
+            ),
         ));
     }
+    t.push(ratio_target(
+        ms,
+        "registry_100",
+        &format!("{auto} ×100"),
+        "bare ×100",
+        3.0,
+        "100 concurrent `run -- true` ≥ 1/3 of bare `true`'s throughput (time ≤ 3×)".into(),
+    ));
+    let ps = find(ms, "ps_1000").and_then(|m| m.median(&format!("{PS_CMD} (1000 live trees)")));
+    t.push(match ps {
+        Some(v) => Target {
+            name: "`undertaker ps` with 1 000 live trees ≤ 50 ms".into(),
+            status: if v <= 50.0 { "PASS" } else { "MISS" },
+            detail: format!("{v:.1} ms"),
+        },
+        None => Target {
+            name: "`undertaker ps` with 1 000 live trees ≤ 50 ms".into(),
+            status: "n/a",
+            detail: "ps_1000 not measured (or smoke-sized)".into(),
+        },
+    });
     for class in [1000, 5000] {
         t.push(ratio_target(
             ms,

@@ -14,6 +14,7 @@ pub struct Config {
     pub teardown: Vec<(usize, usize, usize)>, // (class, size, rounds)
     pub sweep: Vec<(usize, usize, usize)>,
     pub registry: Vec<(usize, usize, usize)>,
+    pub ps_live: Vec<(usize, usize, usize)>,
     pub footprint_rounds: usize,
     /// Trees held at once for `footprint_many`.
     pub many_trees: usize,
@@ -26,6 +27,7 @@ impl Config {
             teardown: vec![(10, 10, 40), (100, 100, 25), (1000, 1000, 12)],
             sweep: vec![(1000, 1000, 30), (5000, 5000, 15)],
             registry: vec![(1, 1, 40), (10, 10, 20), (100, 100, 10)],
+            ps_live: vec![(1000, 1000, 20)],
             footprint_rounds: 5,
             many_trees: 100,
         }
@@ -36,6 +38,7 @@ impl Config {
             teardown: vec![(10, 10, 10), (100, 100, 6), (1000, 1000, 3)],
             sweep: vec![(1000, 1000, 5), (5000, 5000, 3)],
             registry: vec![(1, 1, 8), (10, 10, 5), (100, 100, 3)],
+            ps_live: vec![(1000, 1000, 5)],
             footprint_rounds: 2,
             many_trees: 100,
         }
@@ -47,6 +50,7 @@ impl Config {
             teardown: vec![(10, 3, 1), (100, 6, 1), (1000, 12, 1)],
             sweep: vec![(1000, 10, 1), (5000, 20, 1)],
             registry: vec![(1, 1, 1), (10, 2, 1), (100, 4, 1)],
+            ps_live: vec![(1000, 5, 1)],
             footprint_rounds: 1,
             many_trees: 5,
         }
@@ -282,7 +286,7 @@ const UP: Duration = Duration::from_secs(120);
 const GONE: Duration = Duration::from_secs(60);
 
 /// Owner death → last tree process gone, under `undertaker run --tier TIER --owner`.
-fn teardown_undertaker(env: &Env, tier: &str, size: usize) -> Attempt {
+fn teardown_undertaker(env: &Env, tier: &str, grace: &str, size: usize) -> Attempt {
     let fifos = match TreeFifos::new(env, "td") {
         Ok(f) => f,
         Err(e) => return Attempt::Failed(format!("fifo: {e}")),
@@ -308,7 +312,7 @@ fn teardown_undertaker(env: &Env, tier: &str, size: usize) -> Attempt {
     };
     let mut guard = match env
         .undertaker_cmd()
-        .args(["run", "--tier", tier, "--grace", "5s", "--owner"])
+        .args(["run", "--tier", tier, "--grace", grace, "--owner"])
         .arg(owner.id().to_string())
         .arg("--")
         .arg(&env.bench)
@@ -413,10 +417,15 @@ pub fn teardown(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
         .iter()
         .map(|&tier| {
             Contender::new(undertaker_name(tier), move || {
-                teardown_undertaker(env, tier, size)
+                teardown_undertaker(env, tier, "5s", size)
             })
         })
         .collect();
+    // SIGKILL at once, as `cgroup.kill` does: the floor without the SIGTERM round.
+    contenders.push(Contender::new(
+        format!("{} --grace 0", undertaker_name("auto")),
+        move || teardown_undertaker(env, "auto", "0s", size),
+    ));
     contenders.push(Contender::new(KILLPG, move || teardown_killpg(env, size)));
     let mut seq = 0;
     contenders.push(Contender::new(CGROUP_KILL, move || {
@@ -615,19 +624,113 @@ fn sweep_among(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::R
     ))
 }
 
+/// `undertaker ps --json` while `size` trees are live: `size` real `undertaker run --
+/// sleep` (self-healing off: it would fold and sweep meanwhile), each a sentinel, a
+/// guardian and CMD.
+pub fn ps_live(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::Result<Measurement> {
+    let mut runs = Vec::with_capacity(size);
+    let started = (|| -> anyhow::Result<()> {
+        for _ in 0..size {
+            let mut c = env.undertaker_cmd();
+            c.env("UNDERTAKER_NO_HEAL", "1")
+                .args(["run", "--grace", "100ms", "--"])
+                .arg(env.true_bin.with_file_name("sleep"))
+                .arg("1000");
+            runs.push(c.spawn()?);
+        }
+        // Every tree recorded and running before the first sample.
+        let end = Instant::now() + UP;
+        loop {
+            let out = env
+                .undertaker_cmd()
+                .args(["ps", "--json"])
+                .stdout(Stdio::piped())
+                .output()?;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let running = v
+                .as_array()
+                .map_or(0, |a| a.iter().filter(|t| t["state"] == "running").count());
+            if running >= size {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < end,
+                "only {running} of {size} trees running"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })();
+    let m = started.map(|()| {
+        let contenders = vec![Contender::new(format!("{PS_CMD} ({size} live trees)"), || {
+            let mut c = env.undertaker_cmd();
+            c.args(["ps", "--json"]);
+            let t = Instant::now();
+            match c.status() {
+                Ok(s) if s.success() => Attempt::Sample(ms(t.elapsed())),
+                Ok(s) => Attempt::Failed(format!("ps exited with {s}")),
+                Err(e) => Attempt::Failed(format!("ps: {e}")),
+            }
+        })];
+        measure::run(
+            Spec {
+                key: format!("ps_{class}"),
+                what: format!("`undertaker ps --json` with {size} live trees (each a sentinel, a guardian and `sleep`)"),
+                unit: "ms",
+                size: Some(size),
+                rounds,
+                anchors: vec![],
+            },
+            contenders,
+        )
+    });
+    // SIGTERM to each run we started (our unreaped child): it relays it to its guardian.
+    for r in &runs {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_child(r),
+            rustix::process::Signal::TERM,
+        );
+    }
+    for mut r in runs {
+        let _ = procs::wait_or_kill(&mut r, Duration::from_secs(30));
+    }
+    m
+}
+
+pub const PS_CMD: &str = "undertaker ps --json";
+
 pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurement {
-    let burst = |undertaker: bool| -> Attempt {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Who {
+        Undertaker,
+        Tini,
+        Bare,
+    }
+    let burst = |who: Who| -> Attempt {
+        let tini = match (who, &env.tini) {
+            (Who::Tini, Ok(p)) => Some(p.clone()),
+            (Who::Tini, Err(why)) => return Attempt::Unavailable(why.clone()),
+            _ => None,
+        };
+        let undertaker = who == Who::Undertaker;
         let t = Instant::now();
         let mut children = Vec::with_capacity(size);
         for _ in 0..size {
-            let mut c = if undertaker {
-                let mut c = env.undertaker_cmd();
-                c.args(["run", "--"]).arg(&env.true_bin);
-                c
-            } else {
-                let mut c = Command::new(&env.true_bin);
-                c.stdin(Stdio::null());
-                c
+            let mut c = match (who, &tini) {
+                (Who::Undertaker, _) => {
+                    let mut c = env.undertaker_cmd();
+                    c.args(["run", "--"]).arg(&env.true_bin);
+                    c
+                }
+                (Who::Tini, Some(tini)) => {
+                    let mut c = Command::new(tini);
+                    c.args(["-s", "--"]).arg(&env.true_bin).stdin(Stdio::null());
+                    c
+                }
+                _ => {
+                    let mut c = Command::new(&env.true_bin);
+                    c.stdin(Stdio::null());
+                    c
+                }
             };
             match c.spawn() {
                 Ok(ch) => children.push(ch),
@@ -653,9 +756,10 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
     };
     let contenders = vec![
         Contender::new(format!("{} ×{size}", undertaker_name("auto")), move || {
-            burst(true)
+            burst(Who::Undertaker)
         }),
-        Contender::new(format!("bare ×{size}"), move || burst(false)),
+        Contender::new(format!("{TINI} ×{size}"), move || burst(Who::Tini)),
+        Contender::new(format!("bare ×{size}"), move || burst(Who::Bare)),
     ];
     let m = measure::run(
         Spec {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "spawn",
     "exit_latency",
     "teardown_10",
@@ -15,6 +15,7 @@ const KEYS: [&str; 12] = [
     "registry_1",
     "registry_10",
     "registry_100",
+    "ps_1000",
     "footprint_rss",
     "footprint_binary",
 ];
@@ -78,6 +79,6 @@ fn smoke_run_reports_every_measurement() {
             _ => {}
         }
     }
-    assert!(doc["targets"].as_array().is_some_and(|t| t.len() == 6));
+    assert!(doc["targets"].as_array().is_some_and(|t| t.len() == 11));
     assert!(doc["failures"].as_array().is_some_and(|f| f.is_empty()));
 }

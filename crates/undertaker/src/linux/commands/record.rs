@@ -201,8 +201,14 @@ impl Recorder {
         }]);
     }
 
+    /// Queues the "teardown started" line: it is written with the first batch of
+    /// audit entries, after the first strike, so no bookkeeping delays the signals.
     pub fn reaping(&self) {
-        self.write(&[Line::Reaping { time_ms: now_ms() }]);
+        if self.writer.is_some() {
+            self.pending_audit
+                .borrow_mut()
+                .push(Line::Reaping { time_ms: now_ms() });
+        }
     }
 
     /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
