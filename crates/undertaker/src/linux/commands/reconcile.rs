@@ -466,19 +466,7 @@ fn sweep_tree(
         return Ok(None);
     };
     let Some(not_before) = not_before else {
-        return Ok(Some(TreeSweep {
-            id: id.into(),
-            label,
-            action: SweepAction::Refused,
-            reason: "no record of when the guardian started: membership cannot be proven".into(),
-            targets: vec![],
-            left_alive: match scanned {
-                Some(m) => m.get(id).map_or(0, Vec::len),
-                None => marker_scan(ctx.procfs(), me.uid)
-                    .get(id)
-                    .map_or(0, Vec::len),
-            },
-        }));
+        return Ok(Some(unprovable(ctx, id, label, scanned)));
     };
     // The cgroup tier: the kernel's membership beats markers, so kill the cgroup first
     // (this catches members that scrubbed their environment), then look for marked
@@ -532,6 +520,29 @@ fn sweep_tree(
         targets,
         left_alive,
     }))
+}
+
+/// A dead guardian's tree whose start is unknown: without it, no marked process can
+/// be proven to have started after the tree, so nothing is signalled.
+fn unprovable(
+    ctx: &Context,
+    id: &str,
+    label: Option<String>,
+    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
+) -> TreeSweep {
+    TreeSweep {
+        id: id.into(),
+        label,
+        action: SweepAction::Refused,
+        reason: "no record of when the guardian started: membership cannot be proven".into(),
+        targets: vec![],
+        left_alive: match scanned {
+            Some(m) => m.get(id).map_or(0, Vec::len),
+            None => marker_scan(ctx.procfs(), ctx.signaller.me().uid)
+                .get(id)
+                .map_or(0, Vec::len),
+        },
+    }
 }
 
 /// A tree whose guardian is alive is its guardian's; it is reported only when its
