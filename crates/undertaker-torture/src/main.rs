@@ -7,6 +7,7 @@
 
 mod baselines;
 mod chaos;
+mod fold;
 mod modes;
 mod ns;
 mod procs;
@@ -40,7 +41,7 @@ struct Cli {
     json: bool,
     /// Run only these scenarios (repeatable): leader-reused, group-reused,
     /// check-to-signal, stale-registration, chaos-kill-owner, chaos-kill-wrapper,
-    /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both.
+    /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both, chaos-kill-folder.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// The undertaker binary (default: `undertaker` next to this executable).
@@ -56,6 +57,7 @@ fn all_scenario_names() -> Vec<&'static str> {
         .iter()
         .map(|s| s.name())
         .chain(chaos::TARGETS.iter().map(|t| t.scenario_name()))
+        .chain([fold::SCENARIO])
         .collect()
 }
 
@@ -159,7 +161,9 @@ fn worker(cli: &Cli) -> Result<i32> {
         .iter()
         .filter(|t| selected(cli, t.scenario_name()))
         .collect();
-    let cell_count = reuse.len() * scenarios::STRATEGIES.len() + chaos_targets.len();
+    let fold_cell = selected(cli, fold::SCENARIO);
+    let cell_count =
+        reuse.len() * scenarios::STRATEGIES.len() + chaos_targets.len() + usize::from(fold_cell);
     let per_cell = cli.trials.div_ceil(cell_count.max(1) as u32).max(1);
 
     let mut cells = Vec::new();
@@ -185,6 +189,20 @@ fn worker(cli: &Cli) -> Result<i32> {
             add(&mut cell, outcome);
         }
         cells.push(cell);
+    }
+    if fold_cell {
+        let cell = Cell::new("undertaker", fold::SCENARIO, "chaos");
+        if ctx.state_dir.is_none() {
+            cells.push(cell.not_run("no --state-dir"));
+        } else {
+            let mut cell = cell;
+            // Each trial is two trees and three commands: a fifth of the others'.
+            for _ in 0..per_cell.div_ceil(5) {
+                let outcome = fold::run_trial(&mut ctx, &mut rng);
+                add(&mut cell, outcome);
+            }
+            cells.push(cell);
+        }
     }
     for strategy in scenarios::STRATEGIES
         .iter()
