@@ -550,3 +550,30 @@ fn a_socket_peer_of_another_uid_is_refused_before_any_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not ours"), "{stderr}");
 }
+
+#[test]
+fn a_host_that_never_reads_replies_does_not_stall_the_supervisor() {
+    if !isolate("a_host_that_never_reads_replies_does_not_stall_the_supervisor") {
+        return;
+    }
+    let scratch = Scratch::new("sv-noread");
+    let state = scratch.path().join("state");
+    // Replies go to a pipe nobody reads: about 300 KB of them, far over a pipe's 64 KiB.
+    let mut sup = Supervisor::start(&state, "auto");
+    let mut flood = String::new();
+    for i in 0..2000 {
+        flood.push_str(&format!("{{\"op\":\"hello\",\"id\":{i}}}\n"));
+    }
+    flood.push_str(r#"{"op":"spawn","argv":["sh","-c","sleep 1000 & sleep 1000"]}"#);
+    flood.push('\n');
+    sup.send_raw(flood.as_bytes());
+    assert!(wait_until(Duration::from_secs(60), || {
+        live_processes_except_self().len() >= 3
+    }));
+    // Without dropping replies each of ~1 600 would wait 100 ms: minutes, not seconds.
+    drop(sup.input.take());
+    let status = wait_child(&mut sup.child, Duration::from_secs(60));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "supervisor stalled");
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(left.is_empty(), "survivors: {left:?}");
+}

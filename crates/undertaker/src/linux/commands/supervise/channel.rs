@@ -134,19 +134,33 @@ fn make_stdout_nonblocking() {
     }
 }
 
+/// Set when a line was dropped because nobody reads standard output: later lines are
+/// then dropped at once instead of each waiting for a reader that is not there.
+static STALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Writes one reply or event line to standard output. Errors are ignored: the
-/// supervisor never dies of its own output, and a reply is never worth blocking for.
+/// supervisor never dies of its own output, and a reply is never worth blocking for:
+/// a full pipe gets 100 ms, then the line is dropped (and later lines at once, until
+/// a write goes through again).
 pub(super) fn emit(line: &str) {
+    use std::sync::atomic::Ordering;
     let out = rustix::stdio::stdout();
     let mut bytes = line.as_bytes();
     let mut stalls = 0;
     while !bytes.is_empty() {
         match rustix::io::write(out, bytes) {
             Ok(0) => return,
-            Ok(n) => bytes = &bytes[n..],
+            Ok(n) => {
+                bytes = &bytes[n..];
+                STALLED.store(false, Ordering::Relaxed);
+            }
             Err(rustix::io::Errno::INTR) => {}
-            // A full pipe: give the reader a moment, then drop the rest of the line.
-            Err(rustix::io::Errno::AGAIN) if stalls < 20 => {
+            Err(rustix::io::Errno::AGAIN) => {
+                let untouched = bytes.len() == line.len();
+                if (untouched && STALLED.load(Ordering::Relaxed)) || stalls >= 20 {
+                    STALLED.store(true, Ordering::Relaxed);
+                    return;
+                }
                 stalls += 1;
                 let mut fds = [rustix::event::PollFd::new(
                     &out,
