@@ -7,13 +7,14 @@
 //! watch) lives here; everything about the tree itself lives in [`Tree`].
 
 use crate::identity::TreeId;
+use crate::linux::commands::heal;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Host, Tree};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions::{self, OnSignal};
 use crate::linux::contain::owner::Owner;
 use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, Launch};
-use crate::linux::kernel::poll::poll_until;
+use crate::linux::kernel::poll::{self, poll_until};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
 use crate::linux::kernel::wait_status;
@@ -55,14 +56,29 @@ impl GuardianProcess {
 
     /// Waits for the end of the tree's normal life: CMD exits, the owner goes, or
     /// a teardown signal arrives. Forwards the other signals meanwhile.
-    fn watch(&mut self, tree: &mut Tree, owner: &mut Owner, signaller: &Signaller) -> Cause {
+    ///
+    /// `heal`: once CMD has run [`heal::DELAY`], look (cheaply) for dead guardians'
+    /// trees in this state dir and, only if there are some, finish a few of them on a
+    /// background thread (see `heal`).
+    fn watch(
+        &mut self,
+        tree: &mut Tree,
+        owner: &mut Owner,
+        signaller: &Signaller,
+        heal: Option<&std::path::Path>,
+    ) -> Cause {
+        let mut heal_at = heal::enabled().then(|| Instant::now() + heal::DELAY);
         loop {
             let Some(root) = tree.root() else {
                 return Cause::CommandExited;
             };
-            let Some(got) = wait_for_event(&self.signals, root.fd(), owner) else {
+            let Some(got) = wait_for_event(&self.signals, root.fd(), owner, heal_at) else {
                 return Cause::Terminated;
             };
+            if heal_at.is_some_and(|at| Instant::now() >= at) {
+                heal_at = None;
+                heal::start_if_needed(heal.map(std::path::Path::to_path_buf));
+            }
             for sig in got.forward {
                 tree.forward(signaller, sig);
             }
@@ -131,6 +147,7 @@ fn wait_for_event(
     signals: &BlockedSignals,
     child: BorrowedFd<'_>,
     owner: &Owner,
+    until: Option<Instant>,
 ) -> Option<Received> {
     let sfd = signals.fd();
     let mut fds = Vec::with_capacity(3);
@@ -139,7 +156,8 @@ fn wait_for_event(
     if let Some(p) = owner.poll_fd() {
         fds.push(p);
     }
-    match poll(&mut fds, None) {
+    let timeout = until.map(|at| poll::timespec(at.saturating_duration_since(Instant::now())));
+    match poll(&mut fds, timeout.as_ref()) {
         Ok(_) | Err(rustix::io::Errno::INTR) => {}
         Err(e) => {
             tracing::error!("poll failed: {e}; tearing down");
@@ -199,10 +217,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
     tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
-    // CMD runs: now, off the start-up path, finish a few dead guardians' trees.
-    super::heal::start_in_background(opts.state_dir.clone());
 
-    let cause = process.watch(&mut tree, &mut owner, &signaller);
+    let cause = process.watch(&mut tree, &mut owner, &signaller, opts.state_dir.as_deref());
     tracing::debug!(?cause, "tearing down tree {}", tree.id());
     // The terminal goes back to our group before the tree is signalled; a namespace
     // init hands it back itself, so there we take it once the init is gone.
