@@ -1,0 +1,286 @@
+"""Client for ``undertaker supervise``: one guardian per host (docs/SUPERVISE.md).
+
+The supervisor is started as this process's child, so this process is its owner:
+when this process dies (``kill -9`` included) the supervisor's standard input reaches
+end of file and it tears down every tree it holds. Requests go one at a time (a lock
+around write + reply), so the reply to the request in flight is the next line on the
+supervisor's standard output that is not an event; events (``{"event": ...}``) are
+dispatched to the tree they name whenever they arrive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import threading
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Union
+
+JsonObject = Dict[str, Any]
+
+
+class SupervisorError(RuntimeError):
+    """The supervisor refused a request (``code`` and ``message`` are its own)."""
+
+    def __init__(self, code: str, message: str, reply: Optional[JsonObject] = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.reply = reply or {}
+
+
+class GuardedProcess:
+    """A ``Popen``-like handle on one tree held by a :class:`Supervisor`.
+
+    ``pid`` is the tree's root, ``tree`` its id. ``wait``/``poll`` report the root's
+    exit status (from the supervisor's ``exited`` event: the supervisor, not this
+    process, is the parent of a spawned root). ``kill()``/``terminate()`` tear the
+    whole tree down (SIGTERM, then SIGKILL after the grace period).
+    """
+
+    def __init__(self, supervisor: "Supervisor", tree: str, pid: Optional[int], args: Any) -> None:
+        self._supervisor = supervisor
+        self.tree = tree
+        self.pid = pid
+        self.args = args
+        self.returncode: Optional[int] = None
+        self._exited = threading.Event()
+        self.stdin: Optional[IO[bytes]] = None
+        self.stdout: Optional[IO[bytes]] = None
+        self.stderr: Optional[IO[bytes]] = None
+
+    def _set_exited(self, status: Optional[int]) -> None:
+        if not self._exited.is_set():
+            self.returncode = status
+            self._exited.set()
+
+    def poll(self) -> Optional[int]:
+        return self.returncode if self._exited.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        if not self._exited.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode
+
+    def kill(self) -> None:
+        """Tears the whole tree down now (``{"op":"kill"}``)."""
+        if not self._exited.is_set() or self._supervisor.running:
+            self._supervisor.request({"op": "kill", "tree": self.tree})
+
+    terminate = kill
+
+    def release(self) -> None:
+        """Stops guarding the tree; nothing is signalled (``{"op":"release"}``)."""
+        self._supervisor.request({"op": "release", "tree": self.tree})
+
+    def __repr__(self) -> str:
+        return f"<GuardedProcess tree={self.tree} pid={self.pid} returncode={self.returncode}>"
+
+
+class Supervisor:
+    """A context manager over one ``undertaker supervise`` process.
+
+    ::
+
+        with undertaker.Supervisor(label="my-host") as sup:
+            proc = sup.spawn(["npx", "-y", "@modelcontextprotocol/server-everything"])
+            sup.adopt(subprocess.Popen(["sleep", "100"], start_new_session=True))
+
+    Leaving the block (or :meth:`close`) closes the control channel: the supervisor
+    tears down every tree it holds and exits. So does this process's death.
+    """
+
+    def __init__(
+        self,
+        *,
+        label: Optional[str] = None,
+        grace: Optional[str] = None,
+        tier: Optional[str] = None,
+        state_dir: Optional[str] = None,
+        binary: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        from . import find_bin
+
+        argv = [binary or find_bin(), "supervise"]
+        if state_dir is not None:
+            argv += ["--state-dir", os.fspath(state_dir)]
+        if grace is not None:
+            argv += ["--grace", grace]
+        if label is not None:
+            argv += ["--label", label]
+        if tier is not None:
+            argv += ["--tier", tier]
+        self.argv = argv
+        self._env = dict(env) if env is not None else None
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._replies: List[JsonObject] = []
+        self._reply_ready = threading.Condition()
+        self._trees: Dict[str, GuardedProcess] = {}
+        self._reader: Optional[threading.Thread] = None
+        self._eof = False
+        self.hello: JsonObject = {}
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> "Supervisor":
+        if self._proc is not None:
+            return self
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=self._env,
+            close_fds=True,
+        )
+        self._reader = threading.Thread(target=self._read_loop, name="undertaker-supervise", daemon=True)
+        self._reader.start()
+        self.hello = self.request({"op": "hello"})
+        return self
+
+    def __enter__(self) -> "Supervisor":
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def close(self, timeout: Optional[float] = 30.0) -> Optional[int]:
+        """Closes the control channel: every tree is torn down, the supervisor exits."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        code = proc.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
+        for tree in list(self._trees.values()):
+            tree._set_exited(tree.returncode)
+        return code
+
+    # -- requests --------------------------------------------------------------
+
+    def request(self, obj: Mapping[str, Any]) -> JsonObject:
+        """Sends one JSON request and returns its reply; raises SupervisorError if refused."""
+        body = dict(obj)
+        body.setdefault("id", next(self._ids))
+        return self._exchange(json.dumps(body, separators=(",", ":")))
+
+    def send_line(self, line: str) -> JsonObject:
+        """Sends one raw protocol line (e.g. ``register 1234``) and returns its reply."""
+        if "\n" in line:
+            raise ValueError("one line at a time")
+        return self._exchange(line)
+
+    def _exchange(self, line: str) -> JsonObject:
+        proc = self._proc
+        if proc is None or proc.stdin is None:
+            raise RuntimeError("the supervisor is not started (use start() or `with`)")
+        with self._lock:
+            with self._reply_ready:
+                self._replies.clear()
+            try:
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, ValueError) as e:
+                raise RuntimeError("the supervisor is gone") from e
+            with self._reply_ready:
+                self._reply_ready.wait_for(lambda: self._replies or self._eof)
+                if not self._replies:
+                    raise RuntimeError("the supervisor closed its output without replying")
+                reply = self._replies.pop(0)
+        if reply.get("ok") is False:
+            err = reply.get("error") or {}
+            raise SupervisorError(str(err.get("code", "error")), str(err.get("message", "")), reply)
+        return reply
+
+    def _read_loop(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "event" in msg:
+                self._on_event(msg)
+                continue
+            with self._reply_ready:
+                self._replies.append(msg)
+                self._reply_ready.notify_all()
+        with self._reply_ready:
+            self._eof = True
+            self._reply_ready.notify_all()
+
+    def _on_event(self, msg: JsonObject) -> None:
+        tree = self._trees.get(str(msg.get("tree")))
+        if tree is not None and msg.get("event") == "exited":
+            status = msg.get("status")
+            tree._set_exited(int(status) if isinstance(status, int) else None)
+
+    def _track(self, reply: JsonObject, args: Any) -> GuardedProcess:
+        tree_id = str(reply["tree"])
+        pid = reply.get("pid")
+        proc = GuardedProcess(self, tree_id, int(pid) if isinstance(pid, int) else None, args)
+        self._trees[tree_id] = proc
+        return proc
+
+    # -- verbs -----------------------------------------------------------------
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        label: Optional[str] = None,
+    ) -> GuardedProcess:
+        """Has the supervisor start ``argv`` as a new tree (its stdio is /dev/null)."""
+        if isinstance(argv, (str, bytes)):
+            raise TypeError("argv must be a sequence of strings")
+        req: JsonObject = {"op": "spawn", "argv": [os.fspath(a) for a in argv]}
+        if env is not None:
+            req["env"] = dict(env)
+        if cwd is not None:
+            req["cwd"] = os.fspath(cwd)
+        if label is not None:
+            req["label"] = label
+        return self._track(self.request(req), list(argv))
+
+    def adopt(self, process: Union[int, "subprocess.Popen[Any]"]) -> GuardedProcess:
+        """Puts a child of this process and its descendants under guard, by pid.
+
+        The supervisor proves the process first (it must be our child and our uid).
+        Returns a handle whose ``kill()`` tears the adopted tree down.
+        """
+        pid = process if isinstance(process, int) else process.pid
+        return self._track(self.request({"op": "adopt", "pid": int(pid)}), pid)
+
+    def register(self, pgid: int) -> JsonObject:
+        """The plain-line verb: ``register <pgid>`` (a group whose leader is our child)."""
+        return self.send_line(f"register {int(pgid)}")
+
+    def unregister(self, pgid: int) -> JsonObject:
+        """``unregister <pgid>``: stop guarding that group; nothing is signalled."""
+        return self.send_line(f"unregister {int(pgid)}")
+
+    def list(self) -> List[JsonObject]:
+        """The trees held, as the supervisor reports them (``{"op":"list"}``)."""
+        reply = self.request({"op": "list"})
+        trees = reply.get("trees", [])
+        return list(trees) if isinstance(trees, list) else []

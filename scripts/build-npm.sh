@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds the npm tarballs into target/npm/: process-undertaker (JavaScript, types, no
+# install script) and process-undertaker-<platform> (the binary) for each platform in
+# $NPM_PLATFORMS (default: this machine's, linux-x64). The version is the crate's.
+# A platform's binary comes from target/<rust target>/release (or target/release for
+# this machine); build it first (scripts/build-wheel.sh or cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+version=$(cargo metadata --no-deps --format-version 1 --locked |
+  node -e 'const m=JSON.parse(require("fs").readFileSync(0));process.stdout.write(m.packages.find(p=>p.name==="undertaker-cli").version)')
+host_platform=$(node -p 'process.platform + "-" + process.arch')
+platforms=${NPM_PLATFORMS:-$host_platform}
+
+binary_for() { # npm platform -> path of its release binary
+  local triple
+  case "$1" in
+    "$host_platform") echo target/release/undertaker; return ;;
+    linux-x64) triple=x86_64-unknown-linux-gnu ;;
+    linux-arm64) triple=aarch64-unknown-linux-gnu ;;
+    *) echo "no Rust target known for $1" >&2; return 1 ;;
+  esac
+  echo "target/$triple/release/undertaker"
+}
+
+if [ ! -x target/release/undertaker ] || [ -n "$(find crates Cargo.lock -newer target/release/undertaker -print -quit)" ]; then
+  cargo build --release --locked -p undertaker-cli
+fi
+
+stage=target/npm/stage
+rm -rf "$stage" target/npm/*.tgz
+mkdir -p "$stage"
+optional="{}"
+for platform in $platforms; do
+  bin=$(binary_for "$platform")
+  [ -x "$bin" ] || { echo "missing $bin for $platform" >&2; exit 1; }
+  os=${platform%-*} cpu=${platform#*-}
+  dir="$stage/process-undertaker-$platform"
+  mkdir -p "$dir/bin"
+  sed -e "s/@PLATFORM@/$platform/g" -e "s/@VERSION@/$version/" -e "s/@OS@/$os/" -e "s/@CPU@/$cpu/" \
+    npm/platform/package.json.in > "$dir/package.json"
+  [ "$os" = linux ] || sed -i '/"libc"/d' "$dir/package.json"
+  install -m 0755 "$bin" "$dir/bin/undertaker"
+  printf '# process-undertaker-%s\n\nThe `undertaker` binary for %s, installed by the `process-undertaker` package\nthrough its optionalDependencies. Use `process-undertaker` instead.\n' \
+    "$platform" "$platform" > "$dir/README.md"
+  optional=$(node -e 'const o=JSON.parse(process.argv[1]);o[process.argv[2]]=process.argv[3];process.stdout.write(JSON.stringify(o))' \
+    "$optional" "process-undertaker-$platform" "$version")
+done
+
+main="$stage/process-undertaker"
+cp -r npm/process-undertaker "$main"
+node -e '
+  const fs = require("fs"); const f = process.argv[1];
+  const p = JSON.parse(fs.readFileSync(f));
+  p.version = process.argv[2]; p.optionalDependencies = JSON.parse(process.argv[3]);
+  fs.writeFileSync(f, JSON.stringify(p, null, 2) + "\n");' "$main/package.json" "$version" "$optional"
+
+for dir in "$stage"/*/; do
+  (cd "$dir" && npm pack --silent --pack-destination "$OLDPWD/target/npm" >/dev/null)
+done
+ls -1 target/npm/*.tgz
