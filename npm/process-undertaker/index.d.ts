@@ -60,6 +60,8 @@ export interface SupervisorReply {
 
 export declare class SupervisorError extends Error {
   readonly code: string;
+  /** For `refused`: why the process or group could not be proven (docs/SUPERVISE.md). */
+  readonly reason: string | null;
   readonly reply: SupervisorReply;
 }
 

@@ -123,10 +123,12 @@ function guardSelf(options = {}) {
 }
 
 class SupervisorError extends Error {
-  constructor(code, message, reply) {
-    super(`${code}: ${message}`);
+  constructor(code, message, reply, reason) {
+    super(`${code}${reason ? `/${reason}` : ''}: ${message}`);
     this.name = 'SupervisorError';
     this.code = code;
+    /** For `refused`: why the process or group could not be proven. */
+    this.reason = reason || null;
     this.reply = reply;
   }
 }
@@ -245,7 +247,7 @@ class Supervisor {
       }).then((reply) => {
         if (reply.ok === false) {
           const err = reply.error || {};
-          throw new SupervisorError(String(err.code || 'error'), String(err.message || ''), reply);
+          throw new SupervisorError(String(err.code || 'error'), String(err.message || ''), reply, err.reason);
         }
         return reply;
       });

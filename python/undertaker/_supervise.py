@@ -2,7 +2,9 @@
 
 The supervisor is started as this process's child, so this process is its owner:
 when this process dies (``kill -9`` included) the supervisor's standard input reaches
-end of file and it tears down every tree it holds. Requests go one at a time (a lock
+end of file and it tears down every tree it holds. The channel is one end of a Unix
+``socketpair`` (the supervisor's stdin and stdout), so ``spawn`` can hand the child
+its stdio as file descriptors; ``channel="pipe"`` uses two pipes instead. Requests go one at a time (a lock
 around write + reply), so the reply to the request in flight is the next line on the
 supervisor's standard output that is not an event; events (``{"event": ...}``) are
 dispatched to the tree they name whenever they arrive.
@@ -13,19 +15,41 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import socket
 import subprocess
 import threading
 from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 JsonObject = Dict[str, Any]
+StdioSpec = Union[None, int, IO[Any]]
+
+
+def _stdio_fd(index: int, spec: StdioSpec) -> "tuple[int, Optional[int], bool]":
+    """(fd to pass, our end for PIPE, whether the passed fd is ours to close after)."""
+    if spec is None:
+        try:
+            os.fstat(index)
+            return index, None, False
+        except OSError:
+            return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), None, True
+    if spec == subprocess.DEVNULL:
+        return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), None, True
+    if spec == subprocess.PIPE:
+        read_end, write_end = os.pipe()
+        return (read_end, write_end, True) if index == 0 else (write_end, read_end, True)
+    if isinstance(spec, int):
+        return spec, None, False
+    return spec.fileno(), None, False
 
 
 class SupervisorError(RuntimeError):
     """The supervisor refused a request (``code`` and ``message`` are its own)."""
 
-    def __init__(self, code: str, message: str, reply: Optional[JsonObject] = None) -> None:
-        super().__init__(f"{code}: {message}")
+    def __init__(self, code: str, message: str, reply: Optional[JsonObject] = None, reason: Optional[str] = None) -> None:
+        super().__init__(f"{code}{'/' + reason if reason else ''}: {message}")
         self.code = code
+        #: For ``refused``: why the process or group could not be proven.
+        self.reason = reason
         self.message = message
         self.reply = reply or {}
 
@@ -100,9 +124,14 @@ class Supervisor:
         state_dir: Optional[str] = None,
         binary: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
+        channel: str = "socket",
     ) -> None:
         from . import find_bin
 
+        if channel not in ("socket", "pipe"):
+            raise ValueError("channel must be 'socket' or 'pipe'")
+        self.channel = channel
+        self._sock: Optional[socket.socket] = None
         argv = [binary or find_bin(), "supervise"]
         if state_dir is not None:
             argv += ["--state-dir", os.fspath(state_dir)]
@@ -129,17 +158,41 @@ class Supervisor:
     def start(self) -> "Supervisor":
         if self._proc is not None:
             return self
-        self._proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=self._env,
-            close_fds=True,
-        )
+        if self.channel == "socket":
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                self._proc = subprocess.Popen(
+                    self.argv, stdin=theirs.fileno(), stdout=theirs.fileno(), env=self._env, close_fds=True
+                )
+            finally:
+                theirs.close()
+            self._sock = ours
+            self._rfile: IO[bytes] = ours.makefile("rb")
+        else:
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env, close_fds=True
+            )
+            assert self._proc.stdout is not None
+            self._rfile = self._proc.stdout
         self._reader = threading.Thread(target=self._read_loop, name="undertaker-supervise", daemon=True)
         self._reader.start()
         self.hello = self.request({"op": "hello"})
         return self
+
+    def _send(self, data: bytes, fds: Sequence[int] = ()) -> None:
+        if self._sock is not None:
+            if fds:
+                sent = socket.send_fds(self._sock, [data], list(fds))
+                if sent < len(data):
+                    self._sock.sendall(data[sent:])
+            else:
+                self._sock.sendall(data)
+            return
+        assert self._proc is not None and self._proc.stdin is not None
+        if fds:
+            raise ValueError("file descriptors need the socket channel")
+        self._proc.stdin.write(data)
+        self._proc.stdin.flush()
 
     def __enter__(self) -> "Supervisor":
         return self.start()
@@ -160,11 +213,13 @@ class Supervisor:
         proc = self._proc
         if proc is None:
             return None
-        if proc.stdin is not None:
-            try:
+        try:
+            if self._sock is not None:
+                self._sock.shutdown(socket.SHUT_WR)
+            elif proc.stdin is not None:
                 proc.stdin.close()
-            except OSError:
-                pass
+        except OSError:
+            pass
         code = proc.wait(timeout)
         if self._reader is not None:
             self._reader.join(timeout)
@@ -180,23 +235,26 @@ class Supervisor:
         body.setdefault("id", next(self._ids))
         return self._exchange(json.dumps(body, separators=(",", ":")))
 
+    def _request_with_fds(self, obj: Mapping[str, Any], fds: Sequence[int]) -> JsonObject:
+        body = dict(obj)
+        body.setdefault("id", next(self._ids))
+        return self._exchange(json.dumps(body, separators=(",", ":")), fds)
+
     def send_line(self, line: str) -> JsonObject:
         """Sends one raw protocol line (e.g. ``register 1234``) and returns its reply."""
         if "\n" in line:
             raise ValueError("one line at a time")
         return self._exchange(line)
 
-    def _exchange(self, line: str) -> JsonObject:
-        proc = self._proc
-        if proc is None or proc.stdin is None:
+    def _exchange(self, line: str, fds: Sequence[int] = ()) -> JsonObject:
+        if self._proc is None:
             raise RuntimeError("the supervisor is not started (use start() or `with`)")
         with self._lock:
             with self._reply_ready:
                 self._replies.clear()
             try:
-                proc.stdin.write(line.encode() + b"\n")
-                proc.stdin.flush()
-            except (BrokenPipeError, ValueError) as e:
+                self._send(line.encode() + b"\n", fds)
+            except (BrokenPipeError, ConnectionResetError, ValueError) as e:
                 raise RuntimeError("the supervisor is gone") from e
             with self._reply_ready:
                 self._reply_ready.wait_for(lambda: self._replies or self._eof)
@@ -205,12 +263,14 @@ class Supervisor:
                 reply = self._replies.pop(0)
         if reply.get("ok") is False:
             err = reply.get("error") or {}
-            raise SupervisorError(str(err.get("code", "error")), str(err.get("message", "")), reply)
+            reason = err.get("reason")
+            raise SupervisorError(
+                str(err.get("code", "error")), str(err.get("message", "")), reply, str(reason) if reason else None
+            )
         return reply
 
     def _read_loop(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for raw in self._proc.stdout:
+        for raw in self._rfile:
             try:
                 msg = json.loads(raw)
             except ValueError:
@@ -246,21 +306,62 @@ class Supervisor:
         self,
         argv: Sequence[str],
         *,
+        stdin: StdioSpec = None,
+        stdout: StdioSpec = None,
+        stderr: StdioSpec = None,
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         label: Optional[str] = None,
     ) -> GuardedProcess:
-        """Has the supervisor start ``argv`` as a new tree (its stdio is /dev/null)."""
+        """Has the supervisor start ``argv`` as a new tree; returns a Popen-like handle.
+
+        As with ``subprocess.Popen``: ``stdin``/``stdout``/``stderr`` may be ``None``
+        (this process's own), ``subprocess.PIPE`` (the handle's ``.stdin``/``.stdout``/
+        ``.stderr`` are the other ends), ``subprocess.DEVNULL``, a file descriptor or a
+        file object; ``env`` replaces the environment. On the pipe channel the child's
+        stdio is always ``/dev/null`` and only ``None``/``DEVNULL`` are accepted.
+        """
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv must be a sequence of strings")
         req: JsonObject = {"op": "spawn", "argv": [os.fspath(a) for a in argv]}
         if env is not None:
             req["env"] = dict(env)
+            req["env_clear"] = True
         if cwd is not None:
             req["cwd"] = os.fspath(cwd)
         if label is not None:
             req["label"] = label
-        return self._track(self.request(req), list(argv))
+        if self._sock is None:
+            if any(x not in (None, subprocess.DEVNULL) for x in (stdin, stdout, stderr)):
+                raise ValueError("stdio other than /dev/null needs the socket channel")
+            return self._track(self.request(req), list(argv))
+        theirs: List[int] = []
+        close_after: List[int] = []
+        ours: List[Optional[int]] = []
+        try:
+            for index, spec in enumerate((stdin, stdout, stderr)):
+                child_fd, our_fd, temporary = _stdio_fd(index, spec)
+                theirs.append(child_fd)
+                ours.append(our_fd)
+                if temporary:
+                    close_after.append(child_fd)
+            reply = self._request_with_fds(req, theirs)
+        except BaseException:
+            for fd in ours:
+                if fd is not None:
+                    os.close(fd)
+            raise
+        finally:
+            for fd in close_after:
+                os.close(fd)
+        proc = self._track(reply, list(argv))
+        if ours[0] is not None:
+            proc.stdin = os.fdopen(ours[0], "wb")
+        if ours[1] is not None:
+            proc.stdout = os.fdopen(ours[1], "rb")
+        if ours[2] is not None:
+            proc.stderr = os.fdopen(ours[2], "rb")
+        return proc
 
     def adopt(self, process: Union[int, "subprocess.Popen[Any]"]) -> GuardedProcess:
         """Puts a child of this process and its descendants under guard, by pid.
