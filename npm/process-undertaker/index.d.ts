@@ -73,8 +73,8 @@ export declare class GuardedProcess {
   /** The root's exit status once known, null if the supervisor ended first. */
   readonly exitStatus: number | null | undefined;
   wait(): Promise<number | null>;
-  /** Tears the whole tree down now. */
-  kill(): Promise<SupervisorReply>;
+  /** Tears the whole tree down now; resolves null when it was already gone. */
+  kill(): Promise<SupervisorReply | null>;
   /** Stops guarding the tree; nothing is signalled. */
   release(): Promise<SupervisorReply>;
 }

@@ -154,9 +154,15 @@ class GuardedProcess {
   wait() {
     return this._exited;
   }
-  /** Tears the whole tree down now (SIGTERM, SIGKILL after the grace period). */
-  kill() {
-    return this.supervisor.request({ op: 'kill', tree: this.tree });
+  /** Tears the whole tree down now (SIGTERM, SIGKILL after the grace period); a no-op once it is gone. */
+  async kill() {
+    if (this.exitStatus !== undefined) return null;
+    try {
+      return await this.supervisor.request({ op: 'kill', tree: this.tree });
+    } catch (e) {
+      if (e instanceof SupervisorError && e.code === 'unknown_tree') return null; // it ended meanwhile
+      throw e;
+    }
   }
   /** Stops guarding the tree; nothing is signalled. */
   release() {
@@ -180,6 +186,7 @@ class Supervisor {
     this.argv = argv;
     this.env = options.env;
     this.trees = new Map();
+    this._earlyExits = new Map();
     this._nextId = 1;
     this._queue = Promise.resolve();
     this._waiting = null;
@@ -220,8 +227,12 @@ class Supervisor {
     }
     if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) return;
     if ('event' in msg) {
+      if (msg.event !== 'exited') return;
+      const status = typeof msg.status === 'number' ? msg.status : null;
       const tree = this.trees.get(String(msg.tree));
-      if (tree && msg.event === 'exited') tree._setExited(typeof msg.status === 'number' ? msg.status : null);
+      // The event can overtake the _track of the reply before it (same chunk of output).
+      if (tree) tree._setExited(status);
+      else this._earlyExits.set(String(msg.tree), status);
       return;
     }
     const waiting = this._waiting;
@@ -271,6 +282,10 @@ class Supervisor {
   _track(reply, args) {
     const proc = new GuardedProcess(this, String(reply.tree), typeof reply.pid === 'number' ? reply.pid : null, args);
     this.trees.set(proc.tree, proc);
+    if (this._earlyExits.has(proc.tree)) {
+      proc._setExited(this._earlyExits.get(proc.tree));
+      this._earlyExits.delete(proc.tree);
+    }
     return proc;
   }
 

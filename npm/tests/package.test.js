@@ -17,6 +17,7 @@ const readline = require('node:readline');
 
 const REPO = path.resolve(__dirname, '../..');
 const SDK_PIN = '@modelcontextprotocol/sdk@1.32.2';
+const TYPESCRIPT_PIN = 'typescript@5.9.3';
 const SERVER_EVERYTHING =
   process.env.UNDERTAKER_MCP_SERVER ||
   path.join(REPO, 'target/mcp-server/node_modules/@modelcontextprotocol/server-everything/dist/index.js');
@@ -58,7 +59,7 @@ before(() => {
   fs.writeFileSync(path.join(project, 'package.json'), JSON.stringify({ name: 'ut-npm-test', private: true }));
   childProcess.execFileSync(
     'npm',
-    ['install', '--no-audit', '--no-fund', '--loglevel=error', ...tarballs(), SDK_PIN],
+    ['install', '--no-audit', '--no-fund', '--loglevel=error', ...tarballs(), SDK_PIN, TYPESCRIPT_PIN],
     { cwd: project, stdio: ['ignore', 'ignore', 'inherit'] },
   );
 });
@@ -217,6 +218,40 @@ test('the installed package finds its binary, which prints the crate version', (
   assert.ok(fs.existsSync(path.join(project, 'node_modules/process-undertaker/index.d.ts')));
 });
 
+test('the TypeScript types compile against a strict consumer', () => {
+  const file = path.join(project, 'consumer.ts');
+  fs.writeFileSync(
+    file,
+    `import { wrap, findBin, guardSelf, Supervisor, SupervisorError, GuardedProcess, TREE_MARKER } from 'process-undertaker';
+const pair: { command: string; args: string[] } = wrap('npx', ['-y', 'server'], { grace: '2s', tier: 'cgroup' });
+const bin: string = findBin();
+const marker: 'UNDERTAKER_TREE' = TREE_MARKER;
+async function main(): Promise<void> {
+  await guardSelf({ label: 'x' });
+  const sup = new Supervisor({ label: 'y' });
+  await sup.start();
+  const p: GuardedProcess = await sup.spawn(['sleep', '1'], { cwd: '/' });
+  const status: number | null = await p.wait();
+  await sup.adopt(1234);
+  try { await sup.register(5678); } catch (e) { if (e instanceof SupervisorError) { const r: string | null = e.reason; } }
+  await sup.close();
+  void [pair, bin, marker, status];
+}
+void main;
+`,
+  );
+  // A deliberate type error must be caught, or the check proves nothing.
+  const bad = path.join(project, 'bad.ts');
+  fs.writeFileSync(bad, "import { wrap } from 'process-undertaker';\nconst n: number = wrap('a').command;\nvoid n;\n");
+  const tsc = path.join(project, 'node_modules/typescript/bin/tsc');
+  const flags = ['--noEmit', '--strict', '--module', 'nodenext', '--moduleResolution', 'nodenext'];
+  const good = childProcess.spawnSync(process.execPath, [tsc, ...flags, file], { cwd: project, encoding: 'utf8' });
+  assert.equal(good.status, 0, good.stdout + good.stderr);
+  const wrong = childProcess.spawnSync(process.execPath, [tsc, ...flags, bad], { cwd: project, encoding: 'utf8' });
+  assert.notEqual(wrong.status, 0);
+  assert.match(wrong.stdout, /TS2322/);
+});
+
 test('wrap() prefixes the command and the result runs under undertaker', (t) => {
   const { env, stateDir } = scene(t);
   const code = `const { wrap } = require('process-undertaker');
@@ -325,6 +360,11 @@ const childProcess = require('node:child_process');
   console.log('HELLO', JSON.stringify(hello));
   const spawned = await sup.spawn(['sh', '-c', 'sleep 3600 & sleep 3600']);
   console.log('SPAWNED', spawned.pid, spawned.tree);
+  const quick = await sup.spawn(['sh', '-c', 'exit 5']);
+  console.log('EXITED', await quick.wait());
+  const doomed = await sup.spawn(['sh', '-c', 'sleep 3600 & sleep 3600']);
+  await doomed.kill();
+  console.log('KILLED', !(await sup.list()).some((t) => t.tree === doomed.tree));
   const adoptee = childProcess.spawn('sh', ['-c', 'sleep 3600 & sleep 3600'], { detached: true, stdio: 'ignore' });
   const adopted = await sup.adopt(adoptee);
   console.log('ADOPTED', adoptee.pid, adopted.tree);
@@ -355,6 +395,8 @@ test('Supervisor: spawn, adopt, register; host kill -9 leaves 0 processes', asyn
   const out = lines(host);
   await out.expect('HELLO');
   await out.expect('SPAWNED');
+  assert.equal(await out.expect('EXITED'), '5');
+  assert.equal(await out.expect('KILLED'), 'true');
   await out.expect('ADOPTED');
   await out.expect('REGISTERED');
   assert.notEqual(await out.expect('REFUSED'), '');

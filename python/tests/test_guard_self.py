@@ -81,14 +81,17 @@ def test_guard_self_kill9(venv: Venv, tmp_path: Path, state_dir: Path, token: st
 
 
 INTERACTIVE = r'''
-import sys
+import signal, sys
 import undertaker
 undertaker.guard_self(grace="300ms")
 line = input("NAME? ")
 print("GOT", line, flush=True)
 try:
-    input("MORE? ")
+    sys.stdout.write("MORE? ")
+    sys.stdout.flush()
+    sys.stdin.readline()
 except KeyboardInterrupt:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the test may send one more
     print("INTERRUPTED", flush=True)
     sys.exit(3)
 '''
@@ -134,8 +137,17 @@ def test_guard_self_keeps_an_interactive_terminal(venv: Venv, tmp_path: Path, st
         os.write(fd, b"undertaker\n")
         term.expect(b"GOT undertaker")
         term.expect(b"MORE? ")
-        os.write(fd, b"\x03")  # Ctrl-C: SIGINT to the terminal's foreground group
-        term.expect(b"INTERRUPTED")
+        # Ctrl-C: SIGINT to the terminal's foreground group. Repeated, because a signal
+        # that lands just before the program blocks in read() is only noticed at the next.
+        for _ in range(30):
+            os.write(fd, b"\x03")
+            try:
+                term.expect(b"INTERRUPTED", timeout=2)
+                break
+            except AssertionError:
+                continue
+        else:
+            raise AssertionError(f"Ctrl-C never reached the program; terminal: {term.buf!r}")
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 3
         assert wait_until(lambda: not processes_with(token), timeout=30), describe(processes_with(token))

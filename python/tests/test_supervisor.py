@@ -21,6 +21,14 @@ with undertaker.Supervisor(grace="500ms", label="py-supervisor") as sup:
     print("HELLO", json.dumps(sup.hello), flush=True)
     spawned = sup.spawn(["sh", "-c", "sleep 3600 & sleep 3600"])
     print("SPAWNED", spawned.pid, spawned.tree, flush=True)
+    # stdio handed over as file descriptors on the socket channel, Popen-style
+    echo = sup.spawn(["sh", "-c", "read x; echo got:$x; exit 5"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    echo.stdin.write(b"hi\n")
+    echo.stdin.close()
+    print("ECHO", echo.stdout.readline().decode().strip(), echo.wait(30), flush=True)
+    doomed = sup.spawn(["sh", "-c", "sleep 3600 & sleep 3600"])
+    doomed.kill()
+    print("KILLED", doomed.tree not in [t["tree"] for t in sup.list()], flush=True)
     adoptee = subprocess.Popen(["sh", "-c", "sleep 3600 & sleep 3600"], start_new_session=True)
     adopted = sup.adopt(adoptee)
     print("ADOPTED", adoptee.pid, adopted.tree, flush=True)
@@ -53,6 +61,8 @@ def test_supervisor_host_kill9(venv: Venv, tmp_path: Path, state_dir: Path, toke
         lines = Lines(host)
         lines.expect("HELLO")
         lines.expect("SPAWNED")
+        assert lines.expect("ECHO") == "got:hi 5"
+        assert lines.expect("KILLED") == "True"
         lines.expect("ADOPTED")
         lines.expect("REGISTERED")
         assert lines.expect("REFUSED") != "none"

@@ -57,9 +57,10 @@ class SupervisorError(RuntimeError):
 class GuardedProcess:
     """A ``Popen``-like handle on one tree held by a :class:`Supervisor`.
 
-    ``pid`` is the tree's root, ``tree`` its id. ``wait``/``poll`` report the root's
-    exit status (from the supervisor's ``exited`` event: the supervisor, not this
-    process, is the parent of a spawned root). ``kill()``/``terminate()`` tear the
+    ``pid`` is the tree's root, ``tree`` its id. ``wait``/``poll`` report a spawned
+    root's exit status (from the supervisor's ``exited`` event: the supervisor, not this
+    process, is its parent); adopted and registered trees get no such event, so their
+    handles only learn ``None`` when the supervisor ends. ``kill()``/``terminate()`` tear the
     whole tree down (SIGTERM, then SIGKILL after the grace period).
     """
 
@@ -88,9 +89,14 @@ class GuardedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        """Tears the whole tree down now (``{"op":"kill"}``)."""
-        if not self._exited.is_set() or self._supervisor.running:
+        """Tears the whole tree down now (``{"op":"kill"}``); a no-op once it is gone."""
+        if self._exited.is_set():
+            return
+        try:
             self._supervisor.request({"op": "kill", "tree": self.tree})
+        except SupervisorError as e:
+            if e.code != "unknown_tree":  # it ended meanwhile
+                raise
 
     terminate = kill
 
@@ -149,6 +155,7 @@ class Supervisor:
         self._replies: List[JsonObject] = []
         self._reply_ready = threading.Condition()
         self._trees: Dict[str, GuardedProcess] = {}
+        self._early_exits: Dict[str, Optional[int]] = {}
         self._reader: Optional[threading.Thread] = None
         self._eof = False
         self.hello: JsonObject = {}
@@ -288,16 +295,28 @@ class Supervisor:
             self._reply_ready.notify_all()
 
     def _on_event(self, msg: JsonObject) -> None:
-        tree = self._trees.get(str(msg.get("tree")))
-        if tree is not None and msg.get("event") == "exited":
-            status = msg.get("status")
-            tree._set_exited(int(status) if isinstance(status, int) else None)
+        if msg.get("event") != "exited":
+            return
+        status = msg.get("status")
+        code = int(status) if isinstance(status, int) else None
+        with self._reply_ready:
+            tree = self._trees.get(str(msg.get("tree")))
+            if tree is None:
+                # The event can overtake the caller's _track of the reply before it.
+                self._early_exits[str(msg.get("tree"))] = code
+                return
+        tree._set_exited(code)
 
     def _track(self, reply: JsonObject, args: Any) -> GuardedProcess:
         tree_id = str(reply["tree"])
         pid = reply.get("pid")
         proc = GuardedProcess(self, tree_id, int(pid) if isinstance(pid, int) else None, args)
-        self._trees[tree_id] = proc
+        with self._reply_ready:
+            self._trees[tree_id] = proc
+            early = tree_id in self._early_exits
+            code = self._early_exits.pop(tree_id, None)
+        if early:
+            proc._set_exited(code)
         return proc
 
     # -- verbs -----------------------------------------------------------------
