@@ -83,12 +83,13 @@ const FORWARDED = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGQUIT', 'SIGUSR2', 'SIGWINC
  * Re-runs this program under `undertaker run`, keeping the pid its starter knows.
  *
  * Call first thing: `await guardSelf()`. Inside a guarded tree ($UNDERTAKER_TREE set)
- * the promise resolves at once. Otherwise this process (the pid the shell knows)
- * starts `undertaker run --owner-fd 3 -- <node and this program's arguments>` with its
- * own stdio, keeps the write end of that pipe, forwards SIGINT/TERM/HUP/QUIT/USR2/WINCH
- * to the guardian and exits with the program's status; the returned promise never
- * settles there, so nothing after the `await` runs twice. The program runs again as
- * the guardian's command and its `await guardSelf()` resolves.
+ * the promise resolves at once. Otherwise this process (the pid the shell knows; Node
+ * cannot exec, so it stays, as a relay) starts `undertaker run --owner-fd 3 -- <node
+ * and this program's arguments>` with its own stdio, keeps the write end of that pipe
+ * (end of file = the relay is gone, no pid to reuse), forwards SIGINT/TERM/HUP/QUIT/
+ * USR2/WINCH to undertaker and exits with the program's status; the returned promise
+ * never settles there, so nothing after the `await` runs twice. The program runs again
+ * as the guardian's command and its `await guardSelf()` resolves.
  */
 function guardSelf(options = {}) {
   if (process.env[TREE_MARKER]) return Promise.resolve();

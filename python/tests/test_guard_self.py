@@ -1,6 +1,8 @@
-"""guard_self(): a Python host started from a shell keeps the pid the shell knows, and
-a setsid grandchild it spawns dies when the host is kill -9ed — whether the victim is
-the program itself or the pid the shell knows. Interactive terminals keep working."""
+"""guard_self(): a Python host started from a shell keeps the pid the shell knows (it
+becomes undertaker's sentinel: signals sent to it reach the program, `wait` gets the
+program's status), and a setsid grandchild it spawns dies when the host is kill -9ed —
+whether the victim is the program itself or the pid the shell knows. Interactive
+terminals keep working."""
 
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ print("HOST", os.getpid(), os.environ.get("UNDERTAKER_TREE", ""), flush=True)
 # A double fork into a new session: the grandchild is nobody's child and in no group of ours.
 subprocess.run(["setsid", "sh", "-c", "sleep 3600 & echo GRANDCHILD $!"], check=True)
 undertaker.guard_self()  # already guarded: returns at once
-print("READY", flush=True)
-time.sleep(3600)
+try:
+    print("READY", flush=True)
+    time.sleep(3600)
+except KeyboardInterrupt:
+    sys.exit(7)
 '''
 
 SHELL = '"$PY" "$HOST_PY" & echo "SHELL_PID $!"; wait $!; echo "STATUS $?"'
@@ -43,8 +48,19 @@ def cmdline(pid: int) -> list:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
 
-@pytest.mark.parametrize("victim", ["program", "pid_the_shell_knows"])
-def test_guard_self_kill9(venv: Venv, tmp_path: Path, state_dir: Path, token: str, victim: str) -> None:
+def ancestors(pid: int) -> list:
+    chain = []
+    while pid > 1:
+        pid = ppid_of(pid)
+        chain.append(pid)
+    return chain
+
+
+@pytest.mark.parametrize(
+    "action,status",
+    [("kill -9 the program", "137"), ("kill -9 the pid the shell knows", "137"), ("SIGINT to the pid the shell knows", "7")],
+)
+def test_guard_self(venv: Venv, tmp_path: Path, state_dir: Path, token: str, action: str, status: str) -> None:
     host_py = tmp_path / "host.py"
     host_py.write_text(HOST)
     env = base_env(token, state_dir)
@@ -58,22 +74,29 @@ def test_guard_self_kill9(venv: Venv, tmp_path: Path, state_dir: Path, token: st
         grandchild = int(lines.expect("GRANDCHILD"))
         lines.expect("READY")
 
-        # The pid the shell knows is still the process it started (same command line),
-        # now the relay; the program runs under the guardian, which is its child.
-        assert cmdline(shell_pid) == [venv.python, str(host_py)]
-        guardian = ppid_of(host_pid)
-        assert ppid_of(guardian) == shell_pid
-        assert os.path.basename(cmdline(guardian)[0]) == "undertaker"
+        # The pid the shell knows exec'd undertaker (owner: itself) and is an ancestor of
+        # the program, with only undertaker processes in between.
+        known = cmdline(shell_pid)
+        run_options = known[: known.index("--")]
+        assert os.path.basename(known[0]) == "undertaker" and known[1] == "run", known
+        assert run_options[run_options.index("--owner") + 1] == str(shell_pid), known
+        chain = ancestors(host_pid)
+        assert shell_pid in chain, chain
+        between = chain[: chain.index(shell_pid)]
+        assert between and all(os.path.basename(cmdline(p)[0]) == "undertaker" for p in between), between
         assert tree, "the program runs with UNDERTAKER_TREE set"
         assert sid_of(grandchild) != sid_of(host_pid) and grandchild in processes_with(token)
 
-        os.kill(host_pid if victim == "program" else shell_pid, signal.SIGKILL)
-        assert lines.expect("STATUS") == "137"
+        if action == "kill -9 the program":
+            os.kill(host_pid, signal.SIGKILL)
+        elif action == "kill -9 the pid the shell knows":
+            os.kill(shell_pid, signal.SIGKILL)
+        else:
+            os.kill(shell_pid, signal.SIGINT)
+        assert lines.expect("STATUS") == status
         assert shell.wait(30) == 0
-        left = [p for p in processes_with(token) if p != shell.pid]
-        assert wait_until(lambda: not [p for p in processes_with(token) if p != shell.pid], timeout=30), (
-            "survivors: " + describe(left)
-        )
+        others = lambda: [p for p in processes_with(token) if p != shell.pid]  # noqa: E731
+        assert wait_until(lambda: not others(), timeout=30), "survivors: " + describe(others())
     finally:
         if shell.poll() is None:
             shell.kill()

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import sys
 import sysconfig
-from typing import List, Mapping, NoReturn, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ._supervise import GuardedProcess, Supervisor, SupervisorError
 
@@ -145,13 +144,6 @@ def wrap(
     return find_bin(), [*prefix, "--", command, *args]
 
 
-_FORWARDED = tuple(
-    getattr(signal, name)
-    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH")
-    if hasattr(signal, name)
-)
-
-
 def guard_self(
     *,
     label: Optional[str] = None,
@@ -165,26 +157,22 @@ def guard_self(
 
     Call it first thing in ``main`` (before threads, open servers or children). When the
     process is already inside a guarded tree (``$UNDERTAKER_TREE`` is set) it returns at
-    once. Otherwise it never returns:
+    once. Otherwise it never returns: this process execs ``undertaker run --owner <its
+    own pid> -- <this program's command line>``. The pid the shell (or service manager)
+    knows is now undertaker's sentinel, which relays signals, and exits with the
+    program's status; the program runs again from the start as the guardian's command,
+    with ``$UNDERTAKER_TREE`` set, so this call returns there and ``main`` goes on.
 
-    - this process (pid P, the one the shell or service manager started and waits
-      for) forks; the child execs ``undertaker run --owner-fd N -- <this program's
-      command line>``, where N is the read end of a pipe whose write end only P holds;
-    - P stays as a small relay: it forwards SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1,
-      SIGUSR2 and SIGWINCH to the guardian (which forwards them to the program, and
-      tears the tree down on SIGTERM), and exits with the program's status;
-    - the program runs again from the start as the guardian's command, with
-      ``$UNDERTAKER_TREE`` set, so this call returns there and ``main`` goes on.
-
-    So the tree dies whichever process is ``kill -9``ed: the program (the guardian
-    sees its command exit), or P (the guardian sees end of file on the pipe). A
-    ``kill -9`` of the guardian itself leaves the same residual as for any
-    ``undertaker run``: the program dies with it (PDEATHSIG), the rest of the tree
-    waits for ``undertaker sweep`` except in the pidns tier. The guardian hands the
-    terminal's foreground to the program, so interactive programs keep reading it.
+    The owner is the process itself, not its parent: the host keeps living when the
+    shell that started it exits (``nohup``, a launcher script), and everything it spawns
+    dies with it. A ``kill -9`` of the program, of the pid the shell knows, or of the
+    guardian tears the whole tree down (docs/GUARANTEES.md, "Undertaker's own kill -9").
+    The guardian hands the terminal's foreground to the program, so interactive
+    programs keep reading it and Ctrl-C reaches them.
 
     ``argv`` defaults to the interpreter's own command line (``sys.orig_argv``);
-    ``env`` to ``os.environ``.
+    ``env`` to ``os.environ``. Raises ``FileNotFoundError`` if the binary is missing
+    and ``OSError`` if it cannot be executed.
     """
     if os.environ.get(TREE_MARKER):
         return
@@ -192,38 +180,13 @@ def guard_self(
         raise NotImplementedError("guard_self() needs Linux (undertaker run is Linux-only for now)")
     binary = find_bin()
     command = list(argv) if argv is not None else _own_command_line()
-    options = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir)
-    child_env = dict(os.environ if env is None else env)
+    options = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir, owner=os.getpid())
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
             pass
-
-    # The pipe tells the guardian that P is gone (end of file), with no pid to reuse.
-    owner_read, owner_write = os.pipe()  # both close-on-exec
-    # Signals arriving before the relay's handlers are in place stay pending.
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(owner_write)
-            os.set_inheritable(owner_read, True)
-            for signum in _FORWARDED:
-                signal.signal(signum, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-            os.execve(
-                binary,
-                [binary, *options[:1], "--owner-fd", str(owner_read), *options[1:], "--", *command],
-                child_env,
-            )
-        except BaseException as e:  # noqa: BLE001 - must never return into the host
-            try:
-                os.write(2, f"undertaker: guard_self could not start {binary}: {e}\n".encode())
-            finally:
-                os._exit(125)
-    os.close(owner_read)
-    _relay(pid, owner_write, old_mask)
+    os.execve(binary, [binary, *options, "--", *command], dict(os.environ if env is None else env))
 
 
 def _own_command_line() -> List[str]:
@@ -231,34 +194,6 @@ def _own_command_line() -> List[str]:
     if orig:
         return [sys.executable, *orig[1:]]
     return [sys.executable, *sys.argv]
-
-
-def _relay(guardian: int, owner_write: int, old_mask: object) -> NoReturn:
-    """P's life after guard_self: forward signals to the guardian, exit as it exits.
-
-    ``guardian`` is our own unreaped child, so its pid cannot name anyone else until
-    we reap it: signalling it by pid is safe here.
-    """
-
-    def forward(signum: int, _frame: object) -> None:
-        try:
-            os.kill(guardian, signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in _FORWARDED:
-        signal.signal(signum, forward)
-    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)  # type: ignore[arg-type]
-    while True:
-        try:
-            _, status = os.waitpid(guardian, 0)
-            break
-        except ChildProcessError:
-            os._exit(125)
-    del owner_write  # held open until we exit
-    if os.WIFSIGNALED(status):
-        os._exit(128 + os.WTERMSIG(status))
-    os._exit(os.WEXITSTATUS(status))
 
 
 def __getattr__(name: str) -> str:
