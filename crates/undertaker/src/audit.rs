@@ -2,6 +2,7 @@
 //! was proven a member, what happened to a signal, and the log line for each event
 //! (docs/REGISTRY.md).
 
+use crate::escalation::Sig;
 use crate::identity::{Identity, TreeId};
 use crate::ladder::Refusal;
 use crate::registry::AuditEntry;
@@ -60,7 +61,7 @@ pub enum Delivery {
 pub enum AuditEvent {
     Signal {
         target: Identity,
-        signal: &'static str,
+        signal: Sig,
         proof: Proof,
         delivery: Delivery,
     },
@@ -84,7 +85,7 @@ pub fn audit_entry(tree: &str, actor: &str, event: &AuditEvent) -> AuditEntry {
             event: "signal".into(),
             pid: Some(target.pid),
             starttime: Some(target.starttime),
-            signal: Some((*signal).into()),
+            signal: Some(signal.name().into()),
             proof: Some(proof.label().into()),
             outcome: Some(
                 serde_json::to_value(delivery)

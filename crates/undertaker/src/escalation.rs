@@ -30,11 +30,14 @@ impl Escalation {
     }
 }
 
-/// The signals an escalation sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The signals undertaker itself sends (what it relays to CMD travels as a number).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Sig {
+    #[serde(rename = "SIGTERM")]
     Term,
+    #[serde(rename = "SIGCONT")]
     Cont,
+    #[serde(rename = "SIGKILL")]
     Kill,
 }
 

@@ -11,6 +11,7 @@
 //! itself and will tear down when the owner dies.
 
 use crate::audit::{audit_entry, AuditEvent};
+use crate::escalation::Sig;
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::Refusal;
 use crate::linux::commands::record::open_registry;
@@ -713,7 +714,7 @@ pub fn sweep_found_cgroups(dry_run: bool, grace: Duration) -> Result<SweepReport
         let id = found.tree.to_string();
         let mut audit = |event: &AuditEvent| match event {
             AuditEvent::Signal { target, signal, .. } => {
-                tracing::info!(tree = %id, pid = target.pid, signal, "signalled")
+                tracing::info!(tree = %id, pid = target.pid, signal = signal.name(), "signalled")
             }
             AuditEvent::Refusal { pid, refusal } => {
                 tracing::warn!(tree = %id, pid, %refusal, "refused")
@@ -1029,19 +1030,16 @@ fn guardian_patience(grace: Duration) -> Duration {
 /// grace and kill cap plus generous slack. True if it exited.
 fn terminate_guardian(ctx: &Context, id: &str, guardian: &ProvenProcess, grace: Duration) -> bool {
     let stopped = matches!(guardian.state, 'T' | 't');
-    let signals: &[(rustix::process::Signal, &'static str)] = if stopped {
-        &[
-            (rustix::process::Signal::TERM, "SIGTERM"),
-            (rustix::process::Signal::CONT, "SIGCONT"),
-        ]
+    let signals: &[Sig] = if stopped {
+        &[Sig::Term, Sig::Cont]
     } else {
-        &[(rustix::process::Signal::TERM, "SIGTERM")]
+        &[Sig::Term]
     };
-    for &(sig, name) in signals {
-        let event = match ctx.signaller.signal(guardian, sig) {
+    for &sig in signals {
+        let event = match ctx.signaller.signal(guardian, sig.into()) {
             Ok(delivery) => AuditEvent::Signal {
                 target: guardian.identity.clone(),
-                signal: name,
+                signal: sig,
                 proof: guardian.proof.clone(),
                 delivery,
             },

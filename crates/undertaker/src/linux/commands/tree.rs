@@ -1,5 +1,6 @@
 //! One guarded tree as a value: [`Tree`].
 
+use crate::escalation::Sig;
 use crate::identity::TreeId;
 use crate::linux::commands::record::Recorder;
 use crate::linux::contain::cgroup::CgroupTree;
@@ -252,7 +253,7 @@ impl Tree {
         let mut log = |event: AuditEvent| {
             match &event {
                 AuditEvent::Signal { target, signal, .. } => {
-                    tracing::debug!(pid = target.pid, signal, "signalled")
+                    tracing::debug!(pid = target.pid, signal = signal.name(), "signalled")
                 }
                 AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
             }
@@ -381,7 +382,7 @@ impl TreeSource for Escalating<'_> {
             Ok(delivery) => {
                 audit(AuditEvent::Signal {
                     target: root.identity.clone(),
-                    signal: "SIGTERM",
+                    signal: Sig::Term,
                     proof: root.proof.clone(),
                     delivery,
                 });

@@ -7,6 +7,17 @@
 //! be proven comes back as a typed [`Refusal`].
 
 pub(crate) use crate::audit::{Delivery, Proof};
+use crate::escalation::Sig;
+
+impl From<Sig> for Signal {
+    fn from(sig: Sig) -> Self {
+        match sig {
+            Sig::Term => Signal::TERM,
+            Sig::Cont => Signal::CONT,
+            Sig::Kill => Signal::KILL,
+        }
+    }
+}
 use crate::identity::{Identity, TreeId, TREE_MARKER};
 use crate::ladder::{self, LiveFacts, Refusal, SelfFacts};
 use crate::linux::kernel::poll::readable_now;

@@ -3,11 +3,10 @@
 //! events); nothing here sleeps on a timer to find out whether something died.
 
 pub(crate) use crate::audit::AuditEvent;
-use crate::escalation::{signals_for, MemberState, Phase, Sig, MAX_RESCAN};
+use crate::escalation::{signals_for, MemberState, Phase, MAX_RESCAN};
 pub(crate) use crate::escalation::{Escalation, Outcome, KILL_CAP};
 use crate::ladder::Refusal;
 use crate::linux::proof::signal::{Members, Proof, ProvenProcess, Signaller};
-use rustix::process::Signal;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -194,10 +193,10 @@ impl Running<'_> {
                 pgid: member.identity.pgid,
             };
             for &sig in signals_for(phase, state) {
-                let event = match self.signaller.signal(&member, to_signal(sig)) {
+                let event = match self.signaller.signal(&member, sig.into()) {
                     Ok(delivery) => AuditEvent::Signal {
                         target: member.identity.clone(),
-                        signal: sig.name(),
+                        signal: sig,
                         proof: member.proof.clone(),
                         delivery,
                     },
@@ -236,14 +235,6 @@ impl Running<'_> {
             targets: members.chain(refused).collect(),
             empty,
         }
-    }
-}
-
-fn to_signal(sig: Sig) -> Signal {
-    match sig {
-        Sig::Term => Signal::TERM,
-        Sig::Cont => Signal::CONT,
-        Sig::Kill => Signal::KILL,
     }
 }
 
@@ -287,6 +278,7 @@ mod tests {
     //! The escalation engine against a fake tree source whose members are real
     //! children of this test (mocks only for the source; signals are real).
     use super::*;
+    use crate::escalation::Sig;
     use crate::linux::kernel::poll::poll_until;
     use crate::linux::kernel::procfs::Procfs;
     use rustix::event::{PollFd, PollFlags};
@@ -400,7 +392,7 @@ mod tests {
     }
 
     fn signals_to(events: &[AuditEvent], pid: i32, name: &str) -> usize {
-        let sent = |e: &&AuditEvent| matches!(e, AuditEvent::Signal { target, signal, .. } if target.pid == pid && *signal == name);
+        let sent = |e: &&AuditEvent| matches!(e, AuditEvent::Signal { target, signal, .. } if target.pid == pid && signal.name() == name);
         events.iter().filter(sent).count()
     }
 
@@ -425,7 +417,7 @@ mod tests {
             if matches!(
                 e,
                 AuditEvent::Signal {
-                    signal: "SIGKILL",
+                    signal: Sig::Kill,
                     ..
                 }
             ) {
