@@ -577,3 +577,32 @@ fn a_host_that_never_reads_replies_does_not_stall_the_supervisor() {
     let left = survivors_after(Duration::from_secs(10));
     assert!(left.is_empty(), "survivors: {left:?}");
 }
+
+#[test]
+fn a_registered_group_that_emptied_is_forgotten() {
+    if !isolate("a_registered_group_that_emptied_is_forgotten") {
+        return;
+    }
+    let scratch = Scratch::new("sv-prune");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "auto");
+    let mut group = Command::new("sleep")
+        .arg("1000")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pgid = group.id();
+    let r = sup.request(&format!("register {pgid}"));
+    assert_eq!(r["ok"], true, "{r}");
+    let r = sup.request(r#"{"op":"list"}"#);
+    assert_eq!(r["trees"].as_array().unwrap().len(), 1, "{r}");
+    kill9(&mut group);
+    // Gone from the list, and its number no longer counts as registered.
+    let r = sup.request(r#"{"op":"list"}"#);
+    assert_eq!(r["trees"].as_array().unwrap().len(), 0, "{r}");
+    let r = sup.request(&format!("unregister {pgid}"));
+    assert_eq!(r["error"]["code"], "not_registered", "{r}");
+    assert_eq!(sup.close(), 0);
+    let left = survivors_after(Duration::from_secs(10));
+    assert!(left.is_empty(), "survivors: {left:?}");
+}

@@ -179,6 +179,24 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Closes registered and adopted trees with nothing left to guard: every process
+    /// taken at registration has exited and the tree's cgroup (if any) is empty. What
+    /// they left outside a cgroup cannot be found again anyway (the subreaper tier's
+    /// limit), and a number reused later must not look registered.
+    fn prune(&mut self) {
+        let empty = |t: &HeldTree| {
+            t.kind != Kind::Spawn
+                && t.anchors.iter().all(|a| a.has_exited())
+                && !t.cgroup.as_ref().is_some_and(|c| c.is_populated())
+        };
+        let (gone, kept): (Vec<HeldTree>, Vec<HeldTree>) =
+            std::mem::take(&mut self.trees).into_iter().partition(empty);
+        self.trees = kept;
+        for tree in gone {
+            tree.finish(None);
+        }
+    }
+
     /// Tears one tree down and closes it; a spawned root's status goes out as `exited`.
     /// Returns the members still alive afterwards.
     fn end_tree(&mut self, mut tree: HeldTree) -> usize {
@@ -227,6 +245,7 @@ impl Supervisor<'_> {
                 return;
             }
         };
+        self.prune();
         let Envelope { id, request } = match parse_line(&line) {
             Ok(Some(envelope)) => envelope,
             Ok(None) => return,
