@@ -245,6 +245,13 @@ impl Supervisor {
         Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
     }
 
+    /// `adopt` with a pidfd: the process it names (and its descendants) becomes a tree;
+    /// the pidfd is the proof of identity. Returns the tree id.
+    pub fn adopt_pidfd(&self, pidfd: BorrowedFd<'_>) -> io::Result<String> {
+        let reply = self.request(json!({"op": "adopt"}), &[pidfd])?;
+        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+    }
+
     /// `register`: a process group whose leader is a child of this process.
     pub fn register(&self, pgid: u32) -> io::Result<String> {
         let reply = self.request(json!({"op": "register", "pgid": pgid}), &[])?;

@@ -3,7 +3,7 @@
 //! everything it starts, is a tree of an `undertaker supervise` this process owns.
 //!
 //! The process is started by the host (process-wrap spawns it), then handed over with
-//! `adopt` right after spawn: the proof is `register`'s (docs/SUPERVISE.md). Until that
+//! `adopt` right after spawn, with a pidfd of it as the proof (docs/SUPERVISE.md). Until that
 //! reply, the tree is not guarded yet; a process it double-forked before the reply is
 //! only contained in the cgroup tier. Killing the wrapped child (rmcp does on drop) also
 //! tears the whole tree down, on a background thread.
@@ -54,7 +54,15 @@ impl CommandWrapper for Guard {
         let pid = child
             .id()
             .ok_or_else(|| io::Error::other("the child exited before it could be guarded"))?;
-        match self.supervisor.adopt(pid) {
+        // Our unreaped child: a pidfd opened now names it, and is the proof we pass.
+        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
+            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+        });
+        let adopted = match &pidfd {
+            Some(fd) => self.supervisor.adopt_pidfd(rustix::fd::AsFd::as_fd(fd)),
+            None => self.supervisor.adopt(pid),
+        };
+        match adopted {
             Ok(tree) => {
                 if let Ok(mut slot) = self.tree.lock() {
                     *slot = Some(tree);
