@@ -145,6 +145,16 @@ mod linux_main {
                 );
             }
         }
+        for &(class, size, rounds) in &cfg.log {
+            let key = format!("log_{class}");
+            if wanted(&key) {
+                progress(&key);
+                ms.push(
+                    scenarios::log_paging(&env, class, size, rounds)
+                        .unwrap_or_else(|e| failed(key, format!("{e:#}"))),
+                );
+            }
+        }
         if wanted("footprint") {
             progress("footprint");
             ms.push(scenarios::footprint_rss(&env, &cfg));

@@ -15,6 +15,7 @@ pub struct Config {
     pub sweep: Vec<(usize, usize, usize)>,
     pub registry: Vec<(usize, usize, usize)>,
     pub ps_live: Vec<(usize, usize, usize)>,
+    pub log: Vec<(usize, usize, usize)>,
     pub footprint_rounds: usize,
     /// Trees held at once for `footprint_many`.
     pub many_trees: usize,
@@ -28,6 +29,7 @@ impl Config {
             sweep: vec![(1000, 1000, 30), (5000, 5000, 15)],
             registry: vec![(1, 1, 40), (10, 10, 20), (100, 100, 10)],
             ps_live: vec![(1000, 1000, 20)],
+            log: vec![(100_000, 100_000, 10)],
             footprint_rounds: 5,
             many_trees: 100,
         }
@@ -39,6 +41,7 @@ impl Config {
             sweep: vec![(1000, 1000, 5), (5000, 5000, 3)],
             registry: vec![(1, 1, 8), (10, 10, 5), (100, 100, 3)],
             ps_live: vec![(1000, 1000, 5)],
+            log: vec![(100_000, 100_000, 3)],
             footprint_rounds: 2,
             many_trees: 100,
         }
@@ -51,6 +54,7 @@ impl Config {
             sweep: vec![(1000, 10, 1), (5000, 20, 1)],
             registry: vec![(1, 1, 1), (10, 2, 1), (100, 4, 1)],
             ps_live: vec![(1000, 5, 1)],
+            log: vec![(100_000, 100, 1)],
             footprint_rounds: 1,
             many_trees: 5,
         }
@@ -697,6 +701,74 @@ pub fn ps_live(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::R
 }
 
 pub const PS_CMD: &str = "undertaker ps --json";
+pub const LOG_PAGE: &str = "undertaker log --json --last 100";
+pub const LOG_ALL: &str = "undertaker log --json";
+
+/// The audit log holding `size` entries (one finished tree's record file, folded by a
+/// first untimed `ps`): one page of 100 vs the whole log.
+pub fn log_paging(
+    env: &Env,
+    class: usize,
+    size: usize,
+    rounds: usize,
+) -> anyhow::Result<Measurement> {
+    use std::io::Write;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?;
+    let boot = boot.trim();
+    let id = format!(
+        "{:032x}",
+        (0xbe7c_u128 << 64) | u128::from(std::process::id())
+    );
+    let trees = env.state_dir.join("trees");
+    std::fs::create_dir_all(&trees)?;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(trees.join(format!("{id}.tree")))?);
+    writeln!(
+        f,
+        r#"{{"tree":{{"id":"{id}","boot_id":"{boot}","label":"bench-log","tier":"subreaper","state":"running","guardian":{{"pid":1,"starttime":1,"pgid":1,"pidfs_inode":null}},"root":null,"owner":{{"kind":"parent","pid":null,"starttime":null}},"cgroup_path":null,"cgroup_id":null,"created_ms":1,"updated_ms":1,"finished_ms":null,"exit_status":null}}}}"#
+    )?;
+    for i in 0..size {
+        writeln!(
+            f,
+            r#"{{"audit":{{"time_ms":{},"actor":"guardian","event":"signal","pid":{},"signal":"SIGTERM","proof":"pidfd+descendant","outcome":"delivered"}}}}"#,
+            i + 1,
+            i % 30000 + 2
+        )?;
+    }
+    writeln!(
+        f,
+        r#"{{"finished":{{"time_ms":{},"exit_status":0}}}}"#,
+        size + 1
+    )?;
+    drop(f);
+    let fold = env.undertaker_cmd().args(["ps", "--json"]).status()?;
+    anyhow::ensure!(fold.success(), "ps (the fold) exited with {fold}");
+    let timed = |args: &'static [&'static str]| {
+        move || {
+            let mut c = env.undertaker_cmd();
+            c.args(args);
+            let t = Instant::now();
+            match c.status() {
+                Ok(s) if s.success() => Attempt::Sample(ms(t.elapsed())),
+                Ok(s) => Attempt::Failed(format!("log exited with {s}")),
+                Err(e) => Attempt::Failed(format!("log: {e}")),
+            }
+        }
+    };
+    Ok(measure::run(
+        Spec {
+            key: format!("log_{class}"),
+            what: format!("`undertaker log --json` with {size} audit entries in the database: one page of the newest 100 vs all"),
+            unit: "ms",
+            size: Some(size),
+            rounds,
+            anchors: vec![LOG_ALL],
+        },
+        vec![
+            Contender::new(LOG_PAGE, timed(&["log", "--json", "--last", "100"])),
+            Contender::new(LOG_ALL, timed(&["log", "--json"])),
+        ],
+    ))
+}
 
 pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurement {
     #[derive(Clone, Copy, PartialEq)]

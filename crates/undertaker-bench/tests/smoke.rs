@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "spawn",
     "exit_latency",
     "teardown_10",
@@ -16,6 +16,7 @@ const KEYS: [&str; 13] = [
     "registry_10",
     "registry_100",
     "ps_1000",
+    "log_100000",
     "footprint_rss",
     "footprint_binary",
 ];

@@ -153,6 +153,12 @@ struct LogArgs {
     /// Only this tree's entries (id or unique prefix of at least 4 characters).
     #[arg(long, value_name = "TREE")]
     tree: Option<String>,
+    /// Only the newest N entries (one page; read without loading the rest).
+    #[arg(long, value_name = "N")]
+    last: Option<usize>,
+    /// Only entries older than this id (the next page: the first id of this one).
+    #[arg(long, value_name = "ID")]
+    before: Option<i64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]

@@ -177,7 +177,16 @@ fn utc(ms: i64) -> String {
 }
 
 pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
-    let entries = match undertaker::log(state_dir.as_deref(), args.tree.as_deref()) {
+    let entries = match (args.last, args.before) {
+        (None, None) => undertaker::log(state_dir.as_deref(), args.tree.as_deref()),
+        (last, before) => undertaker::log_page(
+            state_dir.as_deref(),
+            args.tree.as_deref(),
+            before,
+            last.unwrap_or(1000),
+        ),
+    };
+    let entries = match entries {
         Ok(e) => e,
         Err(e) => return failed(&e),
     };

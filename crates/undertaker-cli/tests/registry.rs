@@ -467,3 +467,22 @@ fn assert_no_leftovers() {
     let left = survivors_after(Duration::from_secs(10));
     assert!(left.is_empty(), "{left:#?}");
 }
+
+/// `log --last N` is the newest page of the full log; `--before ID` the one before it.
+#[test]
+fn log_pages_match_the_full_log() {
+    let tmp = Scratch::new("pages");
+    let state = tmp.path().join("state");
+    let total = short_trees_with_audit(&state, 2);
+    assert!(total >= 2, "{total}");
+    let full = json(&ut(&state, &["log", "--json"]));
+    let full = full.as_array().unwrap();
+    let last = json(&ut(&state, &["log", "--json", "--last", "1"]));
+    assert_eq!(last.as_array().unwrap()[..], full[full.len() - 1..]);
+    let first_id = last[0]["id"].as_i64().unwrap().to_string();
+    let prev = json(&ut(
+        &state,
+        &["log", "--json", "--last", "100", "--before", &first_id],
+    ));
+    assert_eq!(prev.as_array().unwrap()[..], full[..full.len() - 1]);
+}

@@ -119,6 +119,27 @@ pub fn kill(state_dir: Option<&Path>, tree: &str, grace: Duration) -> Result<Tre
     }
 }
 
+/// One page of the audit log: the newest `limit` entries below id `before` (all when
+/// absent), oldest first, of `tree` when given. Reads only that page from the database.
+pub fn log_page(
+    state_dir: Option<&Path>,
+    tree: Option<&str>,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<Vec<AuditEntry>, Error> {
+    #[cfg(target_os = "linux")]
+    {
+        let ctx = reconcile::Context::open(state_dir)?;
+        let selector = tree.map(TreeSelector::parse).transpose()?;
+        reconcile::log_page(&ctx, selector.as_ref(), before, limit)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (state_dir, tree, before, limit);
+        Err(Error::Unsupported)
+    }
+}
+
 /// The audit log, oldest first: every signal sent and every refusal. With `tree`,
 /// only that tree's entries.
 pub fn log(state_dir: Option<&Path>, tree: Option<&str>) -> Result<Vec<AuditEntry>, Error> {

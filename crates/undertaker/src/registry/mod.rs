@@ -607,6 +607,42 @@ impl Registry {
         .map_err(|e| self.err(e))
     }
 
+    /// One page of the audit log: the newest `limit` entries (of `tree` when given)
+    /// whose id is below `before` when given, oldest first. Reads only that page.
+    pub fn audit_page(
+        &self,
+        tree: Option<&str>,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<AuditEntry>, RegistryError> {
+        let mut page = retry(|| {
+            let mut st = self.conn.prepare_cached(
+                "SELECT id, time_ms, tree_id, actor, event, target_pid, target_starttime,
+                    signal, proof, outcome, refusal_code, message FROM audit
+                 WHERE (?1 IS NULL OR tree_id = ?1) AND (?2 IS NULL OR id < ?2)
+                 ORDER BY id DESC LIMIT ?3",
+            )?;
+            let rows = st.query_map(params![tree, before, limit as i64], audit_row)?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(|e| self.err(e))?;
+        page.reverse();
+        Ok(page)
+    }
+
+    /// The distinct tree ids in the audit log that start with `prefix`.
+    pub fn audit_trees_by_prefix(&self, prefix: &str) -> Result<Vec<String>, RegistryError> {
+        retry(|| {
+            let mut st = self.conn.prepare_cached(
+                "SELECT DISTINCT tree_id FROM audit
+                 WHERE tree_id >= ?1 AND tree_id < ?1 || 'g'",
+            )?;
+            let rows = st.query_map([prefix], |r| r.get::<_, String>(0))?;
+            rows.collect()
+        })
+        .map_err(|e| self.err(e))
+    }
+
     /// The audit log, oldest first; only `tree`'s entries when given.
     pub fn audit(&self, tree: Option<&str>) -> Result<Vec<AuditEntry>, RegistryError> {
         retry(|| {
@@ -615,26 +651,28 @@ impl Registry {
                     signal, proof, outcome, refusal_code, message FROM audit
                  WHERE ?1 IS NULL OR tree_id = ?1 ORDER BY id",
             )?;
-            let rows = st.query_map([tree], |r| {
-                Ok(AuditEntry {
-                    id: r.get(0)?,
-                    time_ms: r.get(1)?,
-                    tree: r.get(2)?,
-                    actor: r.get(3)?,
-                    event: r.get(4)?,
-                    pid: r.get(5)?,
-                    starttime: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
-                    signal: r.get(7)?,
-                    proof: r.get(8)?,
-                    outcome: r.get(9)?,
-                    refusal_code: r.get(10)?,
-                    message: r.get(11)?,
-                })
-            })?;
+            let rows = st.query_map([tree], audit_row)?;
             rows.collect()
         })
         .map_err(|e| self.err(e))
     }
+}
+
+fn audit_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditEntry> {
+    Ok(AuditEntry {
+        id: r.get(0)?,
+        time_ms: r.get(1)?,
+        tree: r.get(2)?,
+        actor: r.get(3)?,
+        event: r.get(4)?,
+        pid: r.get(5)?,
+        starttime: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
+        signal: r.get(7)?,
+        proof: r.get(8)?,
+        outcome: r.get(9)?,
+        refusal_code: r.get(10)?,
+        message: r.get(11)?,
+    })
 }
 
 /// Writes a tree row; `verb` is `INSERT` or `INSERT OR REPLACE` (the fold).

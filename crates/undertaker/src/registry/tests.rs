@@ -227,3 +227,23 @@ fn a_live_record_is_read_not_folded() {
     assert!(reg.fold(&dir, "boot").is_empty());
     assert!(reg.tree("live1").unwrap().is_some());
 }
+
+#[test]
+fn audit_pages_walk_back_from_the_newest() {
+    let tmp = TempDir::new("pages");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    write_records(&dir, 2, 5);
+    let reg = Registry::open(&dir, "boot").unwrap();
+    reg.fold(&dir, "boot");
+    let all = reg.audit(None).unwrap();
+    assert_eq!(all.len(), 10);
+    let newest = reg.audit_page(None, None, 4).unwrap();
+    assert_eq!(newest, all[6..]);
+    let before = reg.audit_page(None, Some(newest[0].id), 4).unwrap();
+    assert_eq!(before, all[2..6]);
+    let one_tree = reg.audit_page(Some("t001"), None, 100).unwrap();
+    assert_eq!(one_tree.len(), 5);
+    assert!(one_tree.iter().all(|e| e.tree.as_deref() == Some("t001")));
+    assert_eq!(reg.audit_trees_by_prefix("t00").unwrap().len(), 2);
+    assert_eq!(reg.audit_trees_by_prefix("t001").unwrap(), ["t001"]);
+}

@@ -855,6 +855,58 @@ pub fn resolve_tree(
 
 /// The audit log, oldest first; with a selector, only that tree's entries. A tree
 /// that is recorded but has nothing logged yet gives an empty log, not an error.
+/// One page of the audit log: the newest `limit` entries (of the selected tree) below
+/// id `before`, oldest first, without reading the rest. The entries of live trees are
+/// still in their record files (no id yet): they are the newest, so they belong to the
+/// first page (`before` absent).
+pub fn log_page(
+    ctx: &Context,
+    tree: Option<&TreeSelector>,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<Vec<AuditEntry>, Error> {
+    let id = match tree {
+        None => None,
+        Some(selector) => {
+            let mut ids: BTreeSet<String> = ctx
+                .registry
+                .audit_trees_by_prefix(selector.as_str())?
+                .into_iter()
+                .collect();
+            ids.extend(
+                ctx.live
+                    .iter()
+                    .filter(|l| !l.audit.is_empty())
+                    .map(|l| l.tree.id.clone()),
+            );
+            match selector.pick(ids.iter().map(String::as_str)) {
+                Ok(id) => Some(id.to_owned()),
+                Err(SelectError::Unknown(_)) => {
+                    return match resolve_tree(ctx, selector) {
+                        Ok(_) => Ok(Vec::new()),
+                        Err(_) => Err(SelectError::Unknown(selector.as_str().into()).into()),
+                    };
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+    let mut page = ctx.registry.audit_page(id.as_deref(), before, limit)?;
+    if before.is_none() {
+        let mut live: Vec<AuditEntry> = ctx
+            .live
+            .iter()
+            .filter(|l| id.as_deref().is_none_or(|id| l.tree.id == id))
+            .flat_map(|l| l.audit.iter().map(|(_, e)| e.clone()))
+            .collect();
+        live.sort_by_key(|e| e.time_ms);
+        page.extend(live);
+        let extra = page.len().saturating_sub(limit);
+        page.drain(..extra);
+    }
+    Ok(page)
+}
+
 pub fn log(ctx: &Context, tree: Option<&TreeSelector>) -> Result<Vec<AuditEntry>, Error> {
     let mut entries = ctx.registry.audit(None)?;
     // Live trees' entries are still in their record files.
