@@ -6,6 +6,8 @@
 # optionalDependencies pins) and the binary's --version. See docs/RELEASE.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where the built artifacts are looked for (a test points it at a scratch copy).
+artifacts=${CHECK_VERSIONS_ARTIFACTS:-target}
 fail=0
 say() { echo "check-versions: $*"; }
 bad() { say "MISMATCH: $*"; fail=1; }
@@ -23,7 +25,7 @@ grep -q '^dynamic = \["version"\]' pyproject.toml || bad "pyproject.toml must ta
 grep -q '^version' pyproject.toml && bad "pyproject.toml sets a version of its own"
 
 shopt -s nullglob
-for whl in target/wheels/undertaker-*.whl; do
+for whl in "$artifacts"/wheels/undertaker-*.whl; do
   case "$(basename "$whl")" in undertaker-"$want"-*) say "ok $whl" ;; *) bad "$whl" ;; esac
 done
 check_npm='
@@ -34,11 +36,11 @@ errs = [] if p["version"] == want else ["%s is %s" % (p["name"], p["version"])]
 errs += ["%s pins %s@%s" % (p["name"], k, v) for k, v in p.get("optionalDependencies", {}).items() if v != want]
 print("check-versions: " + ("MISMATCH: " + "; ".join(errs) if errs else "ok " + name))
 sys.exit(1 if errs else 0)'
-for tgz in target/npm/*.tgz; do
+for tgz in "$artifacts"/npm/*.tgz; do
   tar -xzOf "$tgz" package/package.json | python3 -c "$check_npm" "$want" "$tgz" || fail=1
 done
-if [ -x target/release/undertaker ]; then
-  got=$(target/release/undertaker --version)
-  [ "$got" = "undertaker $want" ] && say "ok target/release/undertaker" || bad "binary says '$got'"
+if [ -x "$artifacts/release/undertaker" ]; then
+  got=$("$artifacts/release/undertaker" --version)
+  [ "$got" = "undertaker $want" ] && say "ok $artifacts/release/undertaker" || bad "binary says '$got'"
 fi
 exit $fail
