@@ -1567,11 +1567,11 @@ fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
             let mut g = None;
             assert!(wait_until(Duration::from_secs(20), || {
                 g = guardian_of(&gone);
-                g.is_some_and(|g| !undertaker::testing::tree_cgroups_of(g).is_empty())
+                g.is_some_and(|g| !undertaker::testing::tree_cgroups_of_live_guardian(g).is_empty())
             }));
             g.unwrap()
         };
-        let cg = undertaker::testing::tree_cgroups_of(guardian).remove(0);
+        let cg = undertaker::testing::tree_cgroups_of_live_guardian(guardian).remove(0);
         kill9_all(&mut gone);
         assert!(wait_until(Duration::from_secs(10), || {
             reap_zombies();

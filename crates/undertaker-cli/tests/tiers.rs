@@ -38,19 +38,79 @@ fn require_tier(tier: &str) -> bool {
     }
 }
 
-/// Tree cgroups on disk whose guardian had pid `guardian` (in this namespace).
-fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
-    undertaker::testing::tree_cgroups_of(guardian)
+/// A guarded zoo's own state dir (None when run as nobody, which records nothing) and
+/// its tree id, read from the record file there once the zoo is ready. The id, not the
+/// guardian's pid, names the tree's cgroup: pids repeat across the tests' namespaces, and
+/// an earlier test's dead tree may have left an empty cgroup under the same pid.
+struct ZooState {
+    dir: Option<Scratch>,
+}
+
+impl ZooState {
+    fn new(as_nobody: bool) -> Self {
+        Self {
+            dir: (!as_nobody).then(|| Scratch::new("zoo-state")),
+        }
+    }
+
+    fn apply(&self, cmd: &mut Command) {
+        if let Some(d) = &self.dir {
+            cmd.env("UNDERTAKER_STATE_DIR", d.path());
+        }
+    }
+
+    /// The id of the one tree recorded here.
+    fn tree_id(&self) -> String {
+        let dir = self
+            .dir
+            .as_ref()
+            .expect("a recorded zoo")
+            .path()
+            .join("trees");
+        let ids: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                Some(name.strip_suffix(".tree")?.to_owned())
+            })
+            .collect();
+        assert_eq!(
+            ids.len(),
+            1,
+            "one record file in {}: {ids:?}",
+            dir.display()
+        );
+        ids.into_iter().next().unwrap()
+    }
+
+    /// `undertaker sweep` on this state dir.
+    fn sweep(&self) -> std::process::Output {
+        let mut cmd = undertaker();
+        self.apply(&mut cmd);
+        cmd.arg("sweep").output().unwrap()
+    }
+}
+
+/// Tree cgroups on disk of tree `tree`.
+fn tree_cgroups_of(tree: &str) -> Vec<PathBuf> {
+    undertaker::testing::tree_cgroups_of_tree(tree)
 }
 
 /// Starts `undertaker run --tier TIER` guarding the zoo, owned by `owner`; as uid 65534
 /// when `as_nobody`.
-fn spawn_guarded_zoo(tier: &str, owner: i32, dir: &Scratch, as_nobody: bool) -> Child {
+fn spawn_guarded_zoo(
+    tier: &str,
+    owner: i32,
+    dir: &Scratch,
+    state: &ZooState,
+    as_nobody: bool,
+) -> Child {
     let mut cmd = if as_nobody {
         undertaker_as_nobody()
     } else {
         undertaker()
     };
+    state.apply(&mut cmd);
     cmd.args(["run", "--tier", tier, "--grace", "300ms", "--owner"])
         .arg(owner.to_string())
         .args(["--", "sh", "-c"])
@@ -68,20 +128,27 @@ enum Victim {
     Everything,
 }
 
-/// Starts the zoo under `tier`, kill -9s the owner or the guardian, and returns the
-/// guardian's pid once the zoo is torn down (or left to a sweep).
-fn zoo_then_kill(tier: &str, victim: Victim, as_nobody: bool, name: &str) -> i32 {
+/// Starts the zoo under `tier`, kill -9s the owner or the guardian, and returns its
+/// state dir and tree id once the zoo is torn down (or left to a sweep).
+fn zoo_then_kill(
+    tier: &str,
+    victim: Victim,
+    as_nobody: bool,
+    name: &str,
+) -> (ZooState, Option<String>) {
     let dir = Scratch::world_writable(name);
+    let state = ZooState::new(as_nobody);
     // A stand-in owner: a process we started and will kill -9.
     let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
-    let mut guardian = spawn_guarded_zoo(tier, owner.id() as i32, &dir, as_nobody);
+    let mut guardian = spawn_guarded_zoo(tier, owner.id() as i32, &dir, &state, as_nobody);
     assert!(
         wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
         "zoo never became ready"
     );
+    let tree = (!as_nobody).then(|| state.tree_id());
     let started = live_processes_except_self();
     assert!(started.len() >= 8, "zoo did not start: {started:?}");
-    let gpid = guardian_of(&guardian).expect("the guardian was forked");
+    assert!(guardian_of(&guardian).is_some(), "the guardian was forked");
     match victim {
         Victim::Owner => {
             kill9(&mut owner);
@@ -93,7 +160,7 @@ fn zoo_then_kill(tier: &str, victim: Victim, as_nobody: bool, name: &str) -> i32
             kill9(&mut owner);
         }
     }
-    gpid
+    (state, tree)
 }
 
 fn assert_no_survivors() {
@@ -126,9 +193,9 @@ fn cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup() {
     if !require_tier("cgroup") || !isolate("cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup") {
         return;
     }
-    let gpid = zoo_then_kill("cgroup", Victim::Owner, false, "cg-owner");
+    let (_state, tree) = zoo_then_kill("cgroup", Victim::Owner, false, "cg-owner");
     assert_no_survivors();
-    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
+    assert_eq!(tree_cgroups_of(&tree.unwrap()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -138,17 +205,18 @@ fn cgroup_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor() {
     {
         return;
     }
-    let gpid = zoo_then_kill("cgroup", Victim::Everything, false, "cg-guardian");
+    let (state, tree) = zoo_then_kill("cgroup", Victim::Everything, false, "cg-guardian");
+    let tree = tree.unwrap();
     assert!(
         !live_processes_except_self().is_empty(),
         "nothing left for the sweep to do?"
     );
     assert_eq!(
-        tree_cgroups_of(gpid).len(),
+        tree_cgroups_of(&tree).len(),
         1,
         "the orphaned cgroup is findable"
     );
-    let out = undertaker().arg("sweep").output().unwrap();
+    let out = state.sweep();
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     assert!(
         out.status.success(),
@@ -156,7 +224,7 @@ fn cgroup_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_no_survivors();
-    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
+    assert_eq!(tree_cgroups_of(&tree), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -302,12 +370,14 @@ const SELF_KILLS: [SelfKill; 4] = [
 /// sweep, then no process and no cgroup left at all.
 fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
     let dir = Scratch::world_writable(&format!("self-kill-{tier}"));
+    let state = ZooState::new(false);
     let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
-    let mut wrapper = spawn_guarded_zoo(tier, owner.id() as i32, &dir, false);
+    let mut wrapper = spawn_guarded_zoo(tier, owner.id() as i32, &dir, &state, false);
     assert!(
         wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
         "zoo never became ready"
     );
+    let tree = state.tree_id();
     assert!(
         live_processes_except_self().len() >= 10,
         "zoo did not start"
@@ -361,7 +431,7 @@ fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
     }
     kill9(&mut owner);
     assert_no_survivors();
-    assert_eq!(tree_cgroups_of(gpid), Vec::<PathBuf>::new());
+    assert_eq!(tree_cgroups_of(&tree), Vec::<PathBuf>::new());
 }
 
 fn every_self_kill(tier: &str) {

@@ -16,11 +16,22 @@ pub fn cgroup2_mount_point() -> Result<PathBuf, String> {
     cgroup::locate().map(|loc| loc.mount.mount_point)
 }
 
-/// Tree cgroups on disk whose guardian had pid `guardian` in this PID namespace.
-pub fn tree_cgroups_of(guardian: i32) -> Vec<PathBuf> {
+/// Tree cgroups on disk of tree `tree` (its id, as its record file is named). Unlike a
+/// guardian pid, which a later PID namespace reuses, the id names one tree only.
+pub fn tree_cgroups_of_tree(tree: &str) -> Vec<PathBuf> {
     cgroup::list_tree_cgroups(&Procfs::new())
         .into_iter()
-        .filter(|f| f.guardian_pid == guardian && f.guardian != GuardianState::Unknown)
+        .filter(|f| f.tree.to_string() == tree)
+        .map(|f| f.path)
+        .collect()
+}
+
+/// Tree cgroups on disk whose guardian runs now as pid `guardian` in this PID
+/// namespace (a dead guardian's pid may be a reused one: see [`tree_cgroups_of_tree`]).
+pub fn tree_cgroups_of_live_guardian(guardian: i32) -> Vec<PathBuf> {
+    cgroup::list_tree_cgroups(&Procfs::new())
+        .into_iter()
+        .filter(|f| f.guardian_pid == guardian && f.guardian == GuardianState::Alive)
         .map(|f| f.path)
         .collect()
 }
