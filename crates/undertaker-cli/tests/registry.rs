@@ -247,6 +247,37 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
     );
 }
 
+/// A dead guardian's record file waits in the state dir; one `sweep` folds and
+/// finishes the tree and leaves no file behind.
+#[test]
+fn sweep_of_a_dead_guardians_tree_leaves_no_record_file() {
+    let tmp = Scratch::new("sweep-files");
+    let state = tmp.path().join("state");
+    let mut guardian = spawn_guarded(
+        &state,
+        "swept",
+        "exit 0",
+        &[("UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN", "30000")],
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || record_files(&state) == 1),
+        "record file written"
+    );
+    kill9_all(&mut guardian);
+    assert_eq!(record_files(&state), 1, "nothing folded it yet");
+    let out = ut(&state, &["sweep", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = json(&out);
+    assert_eq!(report["trees"][0]["action"], "swept", "{report}");
+    assert_eq!(report["trees"][0]["left_alive"], 0, "{report}");
+    let left: Vec<_> = std::fs::read_dir(state.join("trees"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in trees/: {left:?}");
+}
+
 #[test]
 fn kill_tears_down_a_live_tree_through_its_guardian() {
     let tmp = Scratch::new("kill");

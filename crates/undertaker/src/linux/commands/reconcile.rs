@@ -451,7 +451,8 @@ fn sweep_tree(
     };
     let me = ctx.signaller.me();
     // A guardian that died since this command folded: fold its record now, so the
-    // tree has a row to finish (the lock is taken again for the fold).
+    // tree has a row to finish (the lock is taken again for the fold, which removes the
+    // record file: the row carries the tree from here).
     let info: Option<LockInfo> = lock.as_mut().and_then(|l| l.info());
     let mut folded = None;
     if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
@@ -508,11 +509,6 @@ fn sweep_tree(
     let (targets, left_alive) =
         tear_down_by_marker(ctx, id, actor, &reason, grace, &mut source, cgroup_sweep);
     finish_record(ctx, id, rec, info.as_ref());
-    if left_alive == 0 {
-        if let Some(l) = lock.take() {
-            l.remove();
-        }
-    }
     Ok(Some(TreeSweep {
         id: id.into(),
         label,
