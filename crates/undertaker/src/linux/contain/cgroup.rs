@@ -111,7 +111,7 @@ pub struct Location {
     pub kind: &'static str,
 }
 
-fn current_mount() -> Result<CgroupMount, String> {
+pub fn current_mount() -> Result<CgroupMount, String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
     parse_cgroup2_mount(&text).ok_or_else(|| "no cgroup2 filesystem is mounted".into())
@@ -333,6 +333,32 @@ impl CgroupTree {
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect()
+    }
+
+    /// Pids in the cgroup at `path` (under `mount`) and every cgroup below it, for
+    /// counting only: the cgroup is not opened as a tree, so listing many cgroups reads
+    /// mountinfo once (the caller's `mount`) instead of once per cgroup.
+    pub fn pids_at(mount: &CgroupMount, path: &Path) -> Vec<i32> {
+        /// Bounds the walk, as [`Self::subtree`] does.
+        const MAX_CGROUPS: usize = 10_000;
+        if mount.rel_of(path).is_none() {
+            return Vec::new();
+        }
+        let mut dirs = vec![path.to_path_buf()];
+        let mut next = 0;
+        while next < dirs.len() && dirs.len() < MAX_CGROUPS {
+            let Ok(entries) = std::fs::read_dir(&dirs[next]) else {
+                next += 1;
+                continue;
+            };
+            next += 1;
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        dirs.iter().flat_map(|d| Self::pids_of(d)).collect()
     }
 
     /// Pids in this cgroup and every cgroup below it.
