@@ -137,8 +137,10 @@ os.rename(scratch + "/registered.tmp", scratch + "/registered")
 time.sleep(1000)
 "#;
 
-/// Runs the register scenario; returns the grandchild's pid after the host's kill -9.
-fn register_then_kill_host(tier: &str) -> i32 {
+/// Runs the register scenario; returns the grandchild's pid after the host's kill -9,
+/// and the scratch dir, which the caller keeps until the teardown has finished writing
+/// into it (dropped earlier, the supervisor's last writes would recreate it).
+fn register_then_kill_host(tier: &str) -> (i32, Scratch) {
     let scratch = Scratch::new("sv-register");
     let state = scratch.path().join("state");
     let host_py = scratch.file("host.py", REGISTER_HOST);
@@ -168,7 +170,7 @@ fn register_then_kill_host(tier: &str) -> i32 {
         .unwrap();
     assert!(alive(grandchild));
     kill9(&mut host);
-    grandchild
+    (grandchild, scratch)
 }
 
 #[test]
@@ -179,7 +181,7 @@ fn register_then_host_kill9_leaves_no_survivor_in_the_cgroup_tier() {
     {
         return;
     }
-    register_then_kill_host("cgroup");
+    let (_, _scratch) = register_then_kill_host("cgroup");
     let left = survivors_after(Duration::from_secs(30));
     assert!(left.is_empty(), "survivors: {left:?}");
 }
@@ -193,7 +195,7 @@ fn register_then_host_kill9_in_the_subreaper_tier_leaves_only_the_double_forked_
     {
         return;
     }
-    let grandchild = register_then_kill_host("subreaper");
+    let (grandchild, _scratch) = register_then_kill_host("subreaper");
     // The tier's documented limit (docs/SUPERVISE.md): a process we did not start
     // cannot become our descendant, so a double-forked setsid grandchild born after
     // the registration is out of reach. Everything else is gone.
