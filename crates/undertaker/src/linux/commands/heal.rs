@@ -46,14 +46,21 @@ pub(crate) fn enabled() -> bool {
 /// dir so stays as small as it was.
 pub(crate) fn start_if_needed(state_dir: Option<PathBuf>) {
     if anything_to_heal(state_dir.as_deref()) {
-        start(state_dir, Duration::ZERO);
+        spawn(move || round(state_dir.as_deref()));
     }
 }
 
-/// For `supervise`, once it serves: one healing round in the background, after [`DELAY`].
+/// For `supervise`, once it serves: after [`DELAY`], on a thread, the same cheap look,
+/// and a healing round only when it found something (a healthy supervisor never opens
+/// the database for healing).
 pub(crate) fn start_in_background(state_dir: Option<PathBuf>) {
     if enabled() {
-        start(state_dir, DELAY);
+        spawn(move || {
+            std::thread::sleep(DELAY);
+            if anything_to_heal(state_dir.as_deref()) {
+                round(state_dir.as_deref());
+            }
+        });
     }
 }
 
@@ -79,21 +86,22 @@ fn anything_to_heal(state_dir: Option<&Path>) -> bool {
             .any(|f| f.guardian == cgroup::GuardianState::Dead)
 }
 
-fn start(state_dir: Option<PathBuf>, after: Duration) {
+/// One healing round: opens the registry and finishes at most [`MAX_TREES`] trees.
+fn round(state_dir: Option<&Path>) {
+    let healed = Context::open(state_dir).and_then(|ctx| reconcile::heal(&ctx, MAX_TREES, GRACE));
+    match healed {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("finished {n} dead guardian(s)' tree(s)"),
+        Err(e) => tracing::debug!("self-healing skipped: {e}"),
+    }
+    crate::linux::kernel::sys::trim_heap();
+}
+
+fn spawn(work: impl FnOnce() + Send + 'static) {
     let spawned = std::thread::Builder::new()
         .name("heal".into())
         .stack_size(256 << 10)
-        .spawn(move || {
-            std::thread::sleep(after);
-            let healed = Context::open(state_dir.as_deref())
-                .and_then(|ctx| reconcile::heal(&ctx, MAX_TREES, GRACE));
-            match healed {
-                Ok(0) => {}
-                Ok(n) => tracing::info!("finished {n} dead guardian(s)' tree(s)"),
-                Err(e) => tracing::debug!("self-healing skipped: {e}"),
-            }
-            crate::linux::kernel::sys::trim_heap();
-        });
+        .spawn(work);
     if let Err(e) = spawned {
         tracing::debug!("self-healing not started: {e}");
     }
