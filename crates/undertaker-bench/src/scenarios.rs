@@ -536,6 +536,18 @@ pub fn sweep(env: &Env, class: usize, size: usize, rounds: usize) -> anyhow::Res
     let baseline = process_count();
     let m = sweep_among(env, class, size, rounds);
     settle(baseline);
+    // The orphan's members are gone now, but its tree cgroup stays until a sweep
+    // finishes the dead guardian's tree: leave nothing behind.
+    if env.sweep.is_ok() {
+        let _ = env
+            .undertaker_cmd()
+            .args(["sweep", "--state-dir"])
+            .arg(&env.state_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
     m
 }
 
