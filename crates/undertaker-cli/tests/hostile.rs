@@ -1520,18 +1520,12 @@ fn sweep_follows_scrubbed_children_of_marked_members() {
 // Self-healing: a `run` whose CMD keeps running finishes a dead guardian's tree and
 // removes the empty tree cgroup of another, with no `sweep` by hand.
 
-#[test]
-fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
-    if !isolate("a_running_guardian_finishes_dead_guardians_trees_in_the_background") {
-        return;
-    }
-    let scratch = Scratch::new("heal");
-    let state = scratch.path().join("state");
-    let ready = scratch.path().join("ready");
-    // A subreaper tree left orphaned: its guardian and sentinel are killed.
+/// Leaves a subreaper tree labelled `dead` orphaned in `state`: its guardian and
+/// sentinel are killed, its two sleepers (one `setsid`) live on.
+fn orphan_a_subreaper_tree(state: &Path, ready: &Path) {
     let mut dead = undertaker()
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state)
         .args([
             "run",
             "--tier",
@@ -1549,12 +1543,22 @@ fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    assert!(wait_for_file(&ready, Duration::from_secs(20)));
+    assert!(wait_for_file(ready, Duration::from_secs(20)));
     kill9_all(&mut dead);
     assert!(wait_until(Duration::from_secs(10), || {
         reap_zombies();
         live_processes_except_self().len() == 2
     }));
+}
+
+#[test]
+fn a_running_guardian_finishes_dead_guardians_trees_in_the_background() {
+    if !isolate("a_running_guardian_finishes_dead_guardians_trees_in_the_background") {
+        return;
+    }
+    let scratch = Scratch::new("heal");
+    let state = scratch.path().join("state");
+    orphan_a_subreaper_tree(&state, &scratch.path().join("ready"));
     // A cgroup tree whose guardian died with it: an empty cgroup left behind.
     let mut empty_cgroup = None;
     if undertaker::testing::cgroup_tier_available().is_ok() {
@@ -1624,33 +1628,7 @@ fn a_serving_supervisor_finishes_dead_guardians_trees_in_the_background() {
     }
     let scratch = Scratch::new("healsup");
     let state = scratch.path().join("state");
-    let ready = scratch.path().join("ready");
-    let mut dead = undertaker()
-        .arg("--state-dir")
-        .arg(&state)
-        .args([
-            "run",
-            "--tier",
-            "subreaper",
-            "--label",
-            "dead",
-            "--",
-            "sh",
-            "-c",
-        ])
-        .arg(format!(
-            "sleep 1000 & setsid sleep 1000 & echo > {}; wait",
-            ready.display()
-        ))
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    assert!(wait_for_file(&ready, Duration::from_secs(20)));
-    kill9_all(&mut dead);
-    assert!(wait_until(Duration::from_secs(10), || {
-        reap_zombies();
-        live_processes_except_self().len() == 2
-    }));
+    orphan_a_subreaper_tree(&state, &scratch.path().join("ready"));
     let mut supervisor = undertaker()
         .arg("supervise")
         .arg("--state-dir")

@@ -186,6 +186,18 @@ pub struct SweepReport {
 }
 
 impl SweepReport {
+    /// The report of a sweep over `trees`: what is left alive is their sum.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn of(dry_run: bool, trees: Vec<TreeSweep>) -> Self {
+        let left_alive = trees.iter().map(|t| t.left_alive).sum();
+        SweepReport {
+            dry_run,
+            trees,
+            left_alive,
+            registry_error: None,
+        }
+    }
+
     /// `sweep`'s exit status: 0 when no guarded process is left alive and the
     /// registry could be read (without it, trees only it knows were not looked at).
     pub fn exit_code(&self) -> i32 {

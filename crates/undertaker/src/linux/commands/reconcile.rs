@@ -379,13 +379,7 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
             }),
         }
     }
-    let left_alive = trees.iter().map(|t| t.left_alive).sum();
-    Ok(SweepReport {
-        dry_run,
-        trees,
-        left_alive,
-        registry_error: None,
-    })
+    Ok(SweepReport::of(dry_run, trees))
 }
 
 /// Self-healing, one bounded round: finishes at most `max_trees` trees of dead
@@ -720,13 +714,7 @@ pub fn sweep_found_cgroups(dry_run: bool, grace: Duration) -> Result<SweepReport
             ..t
         });
     }
-    let left_alive = trees.iter().map(|t| t.left_alive).sum();
-    Ok(SweepReport {
-        dry_run,
-        trees,
-        left_alive,
-        registry_error: None,
-    })
+    Ok(SweepReport::of(dry_run, trees))
 }
 
 /// Marks a swept tree finished; a tree known only from its lock file gets a row.
