@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds the npm tarballs into target/npm/: process-undertaker (JavaScript, types, no
 # install script) and process-undertaker-<platform> (the binary) for each platform in
-# $NPM_PLATFORMS (default: this machine's, linux-x64). The version is the crate's.
+# $NPM_PLATFORMS (default: this machine's, linux-x64; linux-x64-musl is the static musl
+# build for Alpine, from target/x86_64-unknown-linux-musl/release). The version is the
+# crate's.
 # A platform's binary comes from target/<rust target>/release (or target/release for
 # this machine); build it first (scripts/build-wheel.sh or cargo build --release).
+# linux-x64 takes the static musl build as well when it is fresh (scripts/build-musl.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(cargo metadata --no-deps --format-version 1 --locked |
@@ -11,11 +14,24 @@ version=$(cargo metadata --no-deps --format-version 1 --locked |
 host_platform=$(node -p 'process.platform + "-" + process.arch')
 platforms=${NPM_PLATFORMS:-$host_platform}
 
+# True when $1 is built and no source is newer.
+fresh() { [ -x "$1" ] && [ -z "$(find crates Cargo.lock -newer "$1" -print -quit)" ]; }
+
 binary_for() { # npm platform -> path of its release binary
-  local triple
+  local triple musl=target/x86_64-unknown-linux-musl/release/undertaker
+  case "$1" in
+    # glibc systems get the static musl build too (it runs there unchanged): an idle
+    # guarded tree costs 133-142 KiB of PSS with it, 304-352 KiB with the glibc build
+    # (docs/BENCHMARKS.md, "Memory per tree"). Without it (scripts/build-musl.sh not
+    # run, or its toolchain missing) linux-x64 is the glibc build.
+    linux-x64)
+      if fresh "$musl"; then echo "$musl"; return; fi
+      echo "linux-x64: the glibc build (no fresh $musl)" >&2 ;;
+  esac
   case "$1" in
     "$host_platform") echo target/release/undertaker; return ;;
     linux-x64) triple=x86_64-unknown-linux-gnu ;;
+    linux-x64-musl) triple=x86_64-unknown-linux-musl ;;
     linux-arm64) triple=aarch64-unknown-linux-gnu ;;
     *) echo "no Rust target known for $1" >&2; return 1 ;;
   esac
@@ -33,11 +49,12 @@ optional="{}"
 for platform in $platforms; do
   bin=$(binary_for "$platform")
   [ -x "$bin" ] || { echo "missing $bin for $platform" >&2; exit 1; }
-  os=${platform%-*} cpu=${platform#*-}
+  # <os>-<cpu>[-<libc>]: linux-x64 is glibc's, linux-x64-musl musl's (Alpine).
+  IFS=- read -r os cpu libc <<<"$platform"
   dir="$stage/process-undertaker-$platform"
   mkdir -p "$dir/bin"
   sed -e "s/@PLATFORM@/$platform/g" -e "s/@VERSION@/$version/" -e "s/@OS@/$os/" -e "s/@CPU@/$cpu/" \
-    npm/platform/package.json.in > "$dir/package.json"
+    -e "s/@LIBC@/${libc:-glibc}/" npm/platform/package.json.in > "$dir/package.json"
   [ "$os" = linux ] || sed -i '/"libc"/d' "$dir/package.json"
   install -m 0755 "$bin" "$dir/bin/undertaker"
   printf '# process-undertaker-%s\n\nThe `undertaker` binary for %s, installed by the `process-undertaker` package\nthrough its optionalDependencies. Use `process-undertaker` instead.\n' \

@@ -1,4 +1,19 @@
-// Types for process-undertaker (index.js).
+// Types for process-undertaker (index.js). The protocol's messages (protocol.d.ts) are
+// generated from docs/supervise.schema.json by scripts/gen-protocol-types.py.
+
+import type {
+  ErrorReply,
+  HelloReply,
+  KillReply,
+  ListedTree,
+  RegisterReply,
+  ReleaseReply,
+  ReplyByOp,
+  Request,
+  UnregisterReply,
+} from './protocol';
+
+export * from './protocol';
 
 /** Environment variable undertaker sets on every process of a guarded tree. */
 export declare const TREE_MARKER: 'UNDERTAKER_TREE';
@@ -18,6 +33,8 @@ export interface RunOptions {
 
 /** Name of the per-platform package carrying this machine's binary. */
 export declare function platformPackage(): string;
+/** The per-platform packages that may carry the binary here, best first (on Linux the static `-musl` one is the fallback, or the only one on musl). */
+export declare function platformPackages(musl?: boolean): string[];
 /** Path of the undertaker binary ($UNDERTAKER_BIN, else the platform package's). */
 export declare function findBin(): string;
 /** The `undertaker run` options, without the binary and without `--`. */
@@ -51,10 +68,10 @@ export interface SupervisorOptions {
   env?: Record<string, string | undefined>;
 }
 
-/** A reply of `undertaker supervise` (docs/SUPERVISE.md). */
+/** Any reply of `undertaker supervise`, untyped (see `Reply` for the typed union). */
 export interface SupervisorReply {
   ok: boolean;
-  id?: number;
+  id?: unknown;
   [key: string]: unknown;
 }
 
@@ -62,7 +79,8 @@ export declare class SupervisorError extends Error {
   readonly code: string;
   /** For `refused`: why the process or group could not be proven (docs/SUPERVISE.md). */
   readonly reason: string | null;
-  readonly reply: SupervisorReply;
+  /** The error reply as the supervisor wrote it. */
+  readonly reply: ErrorReply;
 }
 
 export declare class GuardedProcess {
@@ -74,17 +92,19 @@ export declare class GuardedProcess {
   readonly exitStatus: number | null | undefined;
   wait(): Promise<number | null>;
   /** Tears the whole tree down now; resolves null when it was already gone. */
-  kill(): Promise<SupervisorReply | null>;
+  kill(): Promise<KillReply | null>;
   /** Stops guarding the tree; nothing is signalled. */
-  release(): Promise<SupervisorReply>;
+  release(): Promise<ReleaseReply>;
 }
 
 export declare class Supervisor {
   constructor(options?: SupervisorOptions);
   readonly pid: number | undefined;
-  readonly hello: SupervisorReply | null;
-  start(): Promise<SupervisorReply>;
-  request(obj: { op: string; [key: string]: unknown }): Promise<SupervisorReply>;
+  readonly hello: HelloReply | null;
+  start(): Promise<HelloReply>;
+  /** One request; the reply has its verb's type (`id` is set here). */
+  request<R extends Request>(obj: R): Promise<ReplyByOp[R['op']]>;
+  /** One raw line, e.g. `register 1234`. */
   sendLine(line: string): Promise<SupervisorReply>;
   spawn(
     argv: readonly string[],
@@ -92,9 +112,9 @@ export declare class Supervisor {
   ): Promise<GuardedProcess>;
   /** A child of this process (ChildProcess or pid) and its descendants become a tree. */
   adopt(processOrPid: number | { pid?: number }): Promise<GuardedProcess>;
-  register(pgid: number): Promise<SupervisorReply>;
-  unregister(pgid: number): Promise<SupervisorReply>;
-  list(): Promise<Array<Record<string, unknown>>>;
+  register(pgid: number): Promise<RegisterReply>;
+  unregister(pgid: number): Promise<UnregisterReply>;
+  list(): Promise<ListedTree[]>;
   /** Closes the control channel: every tree is torn down and the supervisor exits. */
   close(): Promise<number | null>;
 }

@@ -10,9 +10,30 @@ const readline = require('node:readline');
 
 const TREE_MARKER = 'UNDERTAKER_TREE';
 
+/** Whether this Node runs on musl (Alpine): a glibc build of Node reports its glibc. */
+function isMusl() {
+  if (process.platform !== 'linux') return false;
+  try {
+    return !process.report.getReport().header.glibcVersionRuntime;
+  } catch (_) {
+    return false;
+  }
+}
+
+/**
+ * The per-platform packages that may carry the binary for this machine, best first. On
+ * Linux, `-musl` is the static musl build: the only one for musl (Alpine), and a
+ * fallback for glibc, where it runs too.
+ */
+function platformPackages(musl = isMusl()) {
+  const base = `process-undertaker-${process.platform}-${process.arch}`;
+  if (process.platform !== 'linux') return [base];
+  return musl ? [`${base}-musl`] : [base, `${base}-musl`];
+}
+
 /** The per-platform package that carries the binary for this machine. */
 function platformPackage() {
-  return `process-undertaker-${process.platform}-${process.arch}`;
+  return platformPackages()[0];
 }
 
 /** Path of the undertaker binary: $UNDERTAKER_BIN, else the platform package's. */
@@ -24,9 +45,15 @@ function findBin() {
   }
   const pkg = platformPackage();
   let manifest;
-  try {
-    manifest = require.resolve(`${pkg}/package.json`);
-  } catch (e) {
+  for (const candidate of platformPackages()) {
+    try {
+      manifest = require.resolve(`${candidate}/package.json`);
+      break;
+    } catch (_) {
+      /* the next one */
+    }
+  }
+  if (!manifest) {
     throw new Error(
       `process-undertaker: no binary for ${process.platform}-${process.arch}: the optional ` +
         `dependency ${pkg} is not installed (unsupported platform, or installed with ` +
@@ -333,6 +360,7 @@ class Supervisor {
 module.exports = {
   TREE_MARKER,
   platformPackage,
+  platformPackages,
   findBin,
   runArgs,
   wrap,

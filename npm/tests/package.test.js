@@ -15,7 +15,7 @@ const os = require('node:os');
 const path = require('node:path');
 const readline = require('node:readline');
 
-const REPO = path.resolve(__dirname, '../..');
+const { REPO, need, cargoVersion, tarballs } = require('./support');
 const SDK_PIN = '@modelcontextprotocol/sdk@1.32.2';
 const TYPESCRIPT_PIN = 'typescript@5.9.3';
 const SERVER_EVERYTHING =
@@ -24,33 +24,6 @@ const SERVER_EVERYTHING =
 
 let project; // the temporary project with the tarballs installed
 let scratch;
-
-function need(t, condition, reason) {
-  if (condition) return true;
-  if (process.env.CI === 'true') assert.fail(`required under CI: ${reason}`);
-  t.skip(reason);
-  return false;
-}
-
-function cargoVersion() {
-  const meta = JSON.parse(
-    childProcess.execFileSync('cargo', ['metadata', '--no-deps', '--format-version', '1', '--locked'], {
-      cwd: REPO,
-      encoding: 'utf8',
-    }),
-  );
-  return meta.packages.find((p) => p.name === 'undertaker-cli').version;
-}
-
-function tarballs() {
-  const dir = path.join(REPO, 'target/npm');
-  const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.tgz')) : [];
-  const main = files.filter((f) => /^process-undertaker-\d/.test(f));
-  const platform = files.filter((f) => f.startsWith(`process-undertaker-${process.platform}-${process.arch}-`));
-  assert.equal(main.length, 1, `one main tarball in target/npm (run scripts/build-npm.sh): ${files}`);
-  assert.equal(platform.length, 1, `one ${process.platform}-${process.arch} tarball in target/npm: ${files}`);
-  return [path.join(dir, platform[0]), path.join(dir, main[0])];
-}
 
 before(() => {
   scratch = fs.mkdtempSync(path.join(os.tmpdir(), 'ut-npm-'));
@@ -296,9 +269,20 @@ test('TypeScript MCP SDK host: StdioClientTransport + wrap, host kill -9 leaves 
   const out = lines(host);
   assert.match(await out.expect('ECHO'), /through undertaker/);
   await out.expect('READY');
-  const tree = processesWith(token).filter((p) => p !== host.pid);
-  assert.ok(tree.length >= 2, describe(tree));
-  assert.ok(tree.some((p) => cmdline(p)[0].endsWith('/undertaker')), describe(tree));
+  // Waited for: a process that is exec'ing reads an empty environment for a moment.
+  const tree = () => processesWith(token).filter((p) => p !== host.pid);
+  const guarded = () => {
+    const pids = tree();
+    const isUndertaker = (p) => {
+      try {
+        return cmdline(p)[0].endsWith('/undertaker');
+      } catch (_) {
+        return false; // gone meanwhile
+      }
+    };
+    return pids.length >= 2 && pids.some(isUndertaker);
+  };
+  assert.ok(await waitUntil(guarded), describe(tree()));
   process.kill(host.pid, 'SIGKILL');
   assert.equal((await exited(host)).signal, 'SIGKILL');
   assert.ok(await waitUntil(() => processesWith(token).length === 0), `survivors: ${describe(processesWith(token))}`);
@@ -355,7 +339,8 @@ for (const [action, status] of GUARD_CASES) {
     assert.ok(chain.includes(shellPid), String(chain));
     const between = chain.slice(0, chain.indexOf(shellPid));
     assert.ok(between.length > 0 && between.every((p) => cmdline(p)[0].endsWith('/undertaker')), String(between));
-    assert.ok(processesWith(token).includes(grandchild));
+    // Waited for: a process that is exec'ing reads an empty environment for a moment.
+    assert.ok(await waitUntil(() => processesWith(token).includes(grandchild)), describe(processesWith(token)));
     if (action === 'kill -9 of the program') process.kill(Number(hostPid), 'SIGKILL');
     else if (action === 'kill -9 of the pid the shell knows') process.kill(shellPid, 'SIGKILL');
     else process.kill(shellPid, 'SIGINT');
@@ -422,7 +407,7 @@ test('Supervisor: spawn, adopt, register; host kill -9 leaves 0 processes', asyn
   assert.notEqual(await out.expect('REFUSED'), '');
   assert.equal(Number(await out.expect('TREES')), 3);
   await out.expect('READY');
-  assert.ok(processesWith(token).length >= 8, describe(processesWith(token)));
+  assert.ok(await waitUntil(() => processesWith(token).length >= 8), describe(processesWith(token)));
   process.kill(host.pid, 'SIGKILL');
   await exited(host);
   assert.ok(await waitUntil(() => processesWith(token).length === 0), `survivors: ${describe(processesWith(token))}`);

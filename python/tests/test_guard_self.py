@@ -85,7 +85,9 @@ def test_guard_self(venv: Venv, tmp_path: Path, state_dir: Path, token: str, act
         between = chain[: chain.index(shell_pid)]
         assert between and all(os.path.basename(cmdline(p)[0]) == "undertaker" for p in between), between
         assert tree, "the program runs with UNDERTAKER_TREE set"
-        assert sid_of(grandchild) != sid_of(host_pid) and grandchild in processes_with(token)
+        assert sid_of(grandchild) != sid_of(host_pid)
+        # Waited for: a process that is exec'ing reads an empty environment for a moment.
+        assert wait_until(lambda: grandchild in processes_with(token)), describe(processes_with(token))
 
         if action == "kill -9 the program":
             os.kill(host_pid, signal.SIGKILL)

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 from pathlib import Path
+from typing import List
 
 from conftest import SERVER_EVERYTHING, Lines, Venv, base_env, describe, need, processes_with, wait_until
 
@@ -48,10 +49,20 @@ def test_mcp_host_kill9_leaves_no_server_process(venv: Venv, tmp_path: Path, sta
         lines = Lines(host)
         assert "through undertaker" in lines.expect("ECHO")
         lines.expect("READY")
-        tree = [p for p in processes_with(token) if p != host.pid]
-        # The guardian and node (at least) carry the marker besides the host.
-        assert len(tree) >= 2, describe(tree)
-        assert any(b"node" in Path(f"/proc/{p}/cmdline").read_bytes() for p in tree), describe(tree)
+        tree = lambda: [p for p in processes_with(token) if p != host.pid]  # noqa: E731
+
+        def node_in(pids: List[int]) -> bool:
+            for p in pids:
+                try:
+                    if b"node" in Path(f"/proc/{p}/cmdline").read_bytes():
+                        return True
+                except OSError:
+                    pass
+            return False
+
+        # The guardian and node (at least) carry the marker besides the host. Waited for:
+        # a process that is exec'ing reads an empty environment for a moment.
+        assert wait_until(lambda: len(tree()) >= 2 and node_in(tree())), describe(tree())
         os.kill(host.pid, signal.SIGKILL)
         assert host.wait(30) == -signal.SIGKILL
         assert wait_until(lambda: not processes_with(token), timeout=30), "survivors: " + describe(processes_with(token))

@@ -18,8 +18,11 @@ from conftest import Lines, Venv, base_env, describe, need, processes_with, wait
 SCRIPT = r'''
 trap 'echo "CMD got INT"; exit 3' INT
 echo "PID1 $(tr '\0' ' ' </proc/1/cmdline | cut -d' ' -f2)"
-sh -c 'sleep 0.3 >/dev/null &'      # its parent exits: the sleep is reparented to PID 1
-sleep 1.5
+orphan=$(sh -c 'sleep 0.3 >/dev/null & echo $!')  # its parent exits: reparented to PID 1
+# Until it is reaped (a zombie keeps its /proc entry), at most 30 s: no guess at how
+# long a loaded machine takes to run a 0.3 s sleep.
+i=0
+while [ -e "/proc/$orphan" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 zombies=0
 for f in /proc/[0-9]*/stat; do
   state=$(sed 's/.*) //' "$f" 2>/dev/null | cut -d' ' -f1)

@@ -68,7 +68,8 @@ def test_supervisor_host_kill9(venv: Venv, tmp_path: Path, state_dir: Path, toke
         assert lines.expect("REFUSED") != "none"
         assert lines.expect("TREES") == "3"
         lines.expect("READY")
-        assert len(processes_with(token)) >= 8, describe(processes_with(token))
+        # Waited for: a process that is exec'ing reads an empty environment for a moment.
+        assert wait_until(lambda: len(processes_with(token)) >= 8), describe(processes_with(token))
         os.kill(host.pid, signal.SIGKILL)
         host.wait(30)
         assert wait_until(lambda: not processes_with(token), timeout=30), "survivors: " + describe(processes_with(token))

@@ -3,13 +3,16 @@
 The wheel installs the ``undertaker`` command; this module finds it and puts it in
 front of the commands a host starts:
 
-- :func:`find_bin` — the path of the installed ``undertaker`` binary;
+- :func:`find_bin` — the path of the installed ``undertaker`` binary (``python -m
+  undertaker …`` runs it: the same as the ``undertaker`` command);
 - :func:`wrap` — ``(command, args)`` prefixed with ``undertaker run --``, for
   ``StdioServerParameters`` and every API that takes a command and its arguments;
 - :func:`guard_self` — first thing in ``main``: the rest of the program runs under
   ``undertaker run``, so everything it ever spawns dies with it;
 - :class:`Supervisor` — one ``undertaker supervise`` per host, for processes the host
-  spawns itself (``spawn``, ``adopt``, ``register``).
+  spawns itself (``spawn``, ``adopt``, ``register``);
+- :mod:`undertaker.protocol` — its requests, replies and events as TypedDicts,
+  generated from the protocol's schema (docs/supervise.schema.json).
 
 No dependencies beyond the standard library. See docs/INTEGRATIONS.md in the
 repository for recipes.
@@ -23,6 +26,7 @@ import sys
 import sysconfig
 from typing import List, Mapping, Optional, Sequence, Tuple
 
+from . import protocol
 from ._supervise import GuardedProcess, Supervisor, SupervisorError
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "SupervisorError",
     "TREE_MARKER",
     "find_bin",
+    "protocol",
     "guard_self",
     "run_args",
     "wrap",
@@ -45,15 +50,101 @@ _EXE = "undertaker.exe" if os.name == "nt" else "undertaker"
 def find_bin() -> str:
     """Returns the path of the ``undertaker`` binary that came with this package.
 
-    Looks, in order, at ``$UNDERTAKER_BIN``, the scripts directory of the install
-    scheme this module lives in (virtual environment, system, ``--user``, ``--target``
-    or ``--prefix``), then ``PATH``. Raises ``FileNotFoundError`` if none has it.
+    ``$UNDERTAKER_BIN`` when set (taken as is). Otherwise the binary this package's own
+    install recorded (its ``RECORD``); failing that, the scripts directory of the
+    install scheme this module lives in (virtual environment, system, ``--user``,
+    ``--target`` or ``--prefix``), then ``PATH`` — but only a binary whose
+    ``--version`` is this package's version: another version is never picked
+    silently. Raises ``FileNotFoundError`` if none is found, naming any binary of
+    another version it passed over.
     """
     override = os.environ.get("UNDERTAKER_BIN")
     if override:
         if _is_executable(override):
             return override
         raise FileNotFoundError(f"UNDERTAKER_BIN={override} is not an executable file")
+    recorded = _recorded_bin()
+    if recorded is not None:
+        return recorded
+    want = _own_version()
+    passed_over: List[str] = []
+    for path in _candidates():
+        if want is None:
+            return path
+        got = _version_of(path)
+        if got == want:
+            return path
+        passed_over.append(f"{path} (version {got or 'unknown'})")
+    looked = ", ".join(_candidate_dirs()) + " and PATH"
+    if passed_over:
+        raise FileNotFoundError(
+            f"the undertaker binary of this package (version {want}) was not found; passed over "
+            + "; ".join(passed_over)
+            + f" (looked in {looked}); reinstall the undertaker package or set UNDERTAKER_BIN"
+        )
+    raise FileNotFoundError(
+        f"the undertaker binary was not found (looked in {looked}); "
+        "reinstall the undertaker package or set UNDERTAKER_BIN"
+    )
+
+
+def _recorded_bin() -> Optional[str]:
+    """The binary the installer wrote for this very package (listed in its RECORD)."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("undertaker")
+    except metadata.PackageNotFoundError:
+        return None
+    files = dist.files or []
+    here = os.path.realpath(__file__)
+    # The distribution found first on sys.path must be the one this module came from.
+    if not any(os.path.realpath(str(dist.locate_file(f))) == here for f in files if f.name == "__init__.py"):
+        return None
+    for f in files:
+        if f.name == _EXE and f.parent.name in ("bin", "Scripts", "scripts"):
+            path = os.path.normpath(str(dist.locate_file(f)))
+            if _is_executable(path):
+                return path
+    return None
+
+
+def _own_version() -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version("undertaker")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _version_of(path: str) -> Optional[str]:
+    """``X.Y.Z`` from ``undertaker --version`` (``undertaker X.Y.Z``), or None."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        ).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[1] if len(out) == 2 and out[0] == "undertaker" else None
+
+
+def _candidates() -> List[str]:
+    """Executable ``undertaker`` files in the scripts directories, then on PATH."""
+    found: List[str] = []
+    for directory in _candidate_dirs():
+        path = os.path.join(directory, _EXE)
+        if _is_executable(path) and path not in found:
+            found.append(path)
+    on_path = shutil.which(_EXE)
+    if on_path and on_path not in found:
+        found.append(on_path)
+    return found
+
+
+def _candidate_dirs() -> List[str]:
     candidates: List[str] = []
     scripts = sysconfig.get_path("scripts")
     if scripts:
@@ -70,18 +161,7 @@ def find_bin() -> str:
     for _ in range(3):  # lib/pythonX.Y/site-packages -> prefix
         prefix = os.path.dirname(prefix)
     candidates.append(os.path.join(prefix, "bin"))
-    for directory in candidates:
-        path = os.path.join(directory, _EXE)
-        if _is_executable(path):
-            return path
-    found = shutil.which(_EXE)
-    if found:
-        return found
-    raise FileNotFoundError(
-        "the undertaker binary was not found (looked in "
-        + ", ".join(candidates)
-        + " and PATH); reinstall the undertaker package or set UNDERTAKER_BIN"
-    )
+    return candidates
 
 
 def _user_scheme() -> Optional[str]:
@@ -140,8 +220,19 @@ def wrap(
     """
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of strings, not a single string")
+    command = _text("command", command)
+    words = [_text(f"args[{i}]", a) for i, a in enumerate(args)]
     prefix = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir)
-    return find_bin(), [*prefix, "--", command, *args]
+    return find_bin(), [*prefix, "--", command, *words]
+
+
+def _text(what: str, value: object) -> str:
+    """A command-line word: a string, or a path (``os.PathLike`` of a string)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a string, not {type(value).__name__}: {value!r}")
+    return value
 
 
 def guard_self(

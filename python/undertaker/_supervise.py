@@ -18,14 +18,25 @@ import os
 import socket
 import subprocess
 import threading
-from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import IO, Any, Dict, List, Mapping, Optional, Sequence, Union, cast
+
+from .protocol import ErrorReply, HelloReply, ListedTree, ListReply, RegisterReply, UnregisterReply
 
 JsonObject = Dict[str, Any]
 StdioSpec = Union[None, int, IO[Any]]
 
 
+_STDIO_NAMES = ("stdin", "stdout", "stderr")
+
+
 def _stdio_fd(index: int, spec: StdioSpec) -> "tuple[int, Optional[int], bool]":
-    """(fd to pass, our end for PIPE, whether the passed fd is ours to close after)."""
+    """(fd to pass, our end for PIPE, whether the passed fd is ours to close after).
+
+    ``subprocess.STDOUT`` for stderr is resolved by the caller (it needs stdout's fd)."""
+    if isinstance(spec, int) and spec < 0 and spec not in (subprocess.PIPE, subprocess.DEVNULL):
+        if spec == subprocess.STDOUT:
+            raise ValueError(f"{_STDIO_NAMES[index]}=subprocess.STDOUT: only stderr may be STDOUT")
+        raise ValueError(f"{_STDIO_NAMES[index]}={spec}: not a file descriptor nor a subprocess constant")
     if spec is None:
         try:
             os.fstat(index)
@@ -51,7 +62,8 @@ class SupervisorError(RuntimeError):
         #: For ``refused``: why the process or group could not be proven.
         self.reason = reason
         self.message = message
-        self.reply = reply or {}
+        #: The error reply as the supervisor wrote it (docs/supervise.schema.json).
+        self.reply: ErrorReply = cast(ErrorReply, reply or {})
 
 
 class GuardedProcess:
@@ -60,7 +72,9 @@ class GuardedProcess:
     ``pid`` is the tree's root, ``tree`` its id. ``wait``/``poll`` report a spawned
     root's exit status (from the supervisor's ``exited`` event: the supervisor, not this
     process, is its parent); adopted and registered trees get no such event, so their
-    handles only learn ``None`` when the supervisor ends. ``kill()``/``terminate()`` tear the
+    handles only learn ``None`` when the supervisor ends. Once the supervisor is gone
+    (closed, exited or killed) every handle's ``wait`` returns at once: the status if it
+    was reported, else ``None``. ``kill()``/``terminate()`` tear the
     whole tree down (SIGTERM, then SIGKILL after the grace period).
     """
 
@@ -158,7 +172,8 @@ class Supervisor:
         self._early_exits: Dict[str, Optional[int]] = {}
         self._reader: Optional[threading.Thread] = None
         self._eof = False
-        self.hello: JsonObject = {}
+        #: The ``hello`` reply (protocol, version, tier, pid, owner, socket).
+        self.hello: HelloReply = cast(HelloReply, {})
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -183,7 +198,7 @@ class Supervisor:
             self._rfile = self._proc.stdout
         self._reader = threading.Thread(target=self._read_loop, name="undertaker-supervise", daemon=True)
         self._reader.start()
-        self.hello = self.request({"op": "hello"})
+        self.hello = cast(HelloReply, self.request({"op": "hello"}))
         return self
 
     def _send(self, data: bytes, fds: Sequence[int] = ()) -> None:
@@ -237,7 +252,10 @@ class Supervisor:
     # -- requests --------------------------------------------------------------
 
     def request(self, obj: Mapping[str, Any]) -> JsonObject:
-        """Sends one JSON request and returns its reply; raises SupervisorError if refused."""
+        """Sends one JSON request and returns its reply; raises SupervisorError if refused.
+
+        The reply has the type of its verb: ``undertaker.protocol.REPLY_BY_OP[op]``
+        (docs/supervise.schema.json); the verbs below return it typed."""
         body = dict(obj)
         body.setdefault("id", next(self._ids))
         return self._exchange(json.dumps(body, separators=(",", ":")))
@@ -293,6 +311,11 @@ class Supervisor:
         with self._reply_ready:
             self._eof = True
             self._reply_ready.notify_all()
+            trees = list(self._trees.values())
+        # The supervisor is gone (exited, or killed): no `exited` event will come, so
+        # every handle ends now and nothing waits forever.
+        for tree in trees:
+            tree._set_exited(tree.returncode)
 
     def _on_event(self, msg: JsonObject) -> None:
         if msg.get("event") != "exited":
@@ -313,7 +336,7 @@ class Supervisor:
         proc = GuardedProcess(self, tree_id, int(pid) if isinstance(pid, int) else None, args)
         with self._reply_ready:
             self._trees[tree_id] = proc
-            early = tree_id in self._early_exits
+            early = tree_id in self._early_exits or self._eof
             code = self._early_exits.pop(tree_id, None)
         if early:
             proc._set_exited(code)
@@ -337,7 +360,8 @@ class Supervisor:
         As with ``subprocess.Popen``: ``stdin``/``stdout``/``stderr`` may be ``None``
         (this process's own), ``subprocess.PIPE`` (the handle's ``.stdin``/``.stdout``/
         ``.stderr`` are the other ends), ``subprocess.DEVNULL``, a file descriptor or a
-        file object; ``env`` replaces the environment. On the pipe channel the child's
+        file object, and ``stderr`` may be ``subprocess.STDOUT``; anything else raises
+        ``ValueError``. ``env`` replaces the environment. On the pipe channel the child's
         stdio is always ``/dev/null`` and only ``None``/``DEVNULL`` are accepted.
         """
         if isinstance(argv, (str, bytes)):
@@ -351,6 +375,8 @@ class Supervisor:
         if label is not None:
             req["label"] = label
         if self._sock is None:
+            if stderr == subprocess.STDOUT:
+                stderr = stdout
             if any(x not in (None, subprocess.DEVNULL) for x in (stdin, stdout, stderr)):
                 raise ValueError("stdio other than /dev/null needs the socket channel")
             return self._track(self.request(req), list(argv))
@@ -359,6 +385,11 @@ class Supervisor:
         ours: List[Optional[int]] = []
         try:
             for index, spec in enumerate((stdin, stdout, stderr)):
+                if index == 2 and stderr == subprocess.STDOUT:
+                    # As Popen: stderr goes wherever stdout goes.
+                    theirs.append(theirs[1])
+                    ours.append(None)
+                    continue
                 child_fd, our_fd, temporary = _stdio_fd(index, spec)
                 theirs.append(child_fd)
                 ours.append(our_fd)
@@ -391,16 +422,15 @@ class Supervisor:
         pid = process if isinstance(process, int) else process.pid
         return self._track(self.request({"op": "adopt", "pid": int(pid)}), pid)
 
-    def register(self, pgid: int) -> JsonObject:
+    def register(self, pgid: int) -> RegisterReply:
         """The plain-line verb: ``register <pgid>`` (a group whose leader is our child)."""
-        return self.send_line(f"register {int(pgid)}")
+        return cast(RegisterReply, self.send_line(f"register {int(pgid)}"))
 
-    def unregister(self, pgid: int) -> JsonObject:
+    def unregister(self, pgid: int) -> UnregisterReply:
         """``unregister <pgid>``: stop guarding that group; nothing is signalled."""
-        return self.send_line(f"unregister {int(pgid)}")
+        return cast(UnregisterReply, self.send_line(f"unregister {int(pgid)}"))
 
-    def list(self) -> List[JsonObject]:
+    def list(self) -> List[ListedTree]:
         """The trees held, as the supervisor reports them (``{"op":"list"}``)."""
-        reply = self.request({"op": "list"})
-        trees = reply.get("trees", [])
-        return list(trees) if isinstance(trees, list) else []
+        reply = cast(ListReply, self.request({"op": "list"}))
+        return list(reply["trees"])

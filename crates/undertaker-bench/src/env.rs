@@ -22,7 +22,14 @@ pub struct Env {
     pub tmp: PathBuf,
     pub state_dir: PathBuf,
     pub sweep: Result<(), String>,
+    /// The C floor of `run`'s structure (`floor/floor.c`, named by
+    /// `UNDERTAKER_BENCH_FLOOR`), with the directory its record files go to.
+    pub floor: Option<(PathBuf, PathBuf)>,
 }
+
+/// Names a compiled `floor/floor.c` (`cc -O2 -o floor floor.c`): the bench then
+/// measures it beside undertaker in `spawn`, `exit_latency` and `registry_N`.
+pub const FLOOR_ENV: &str = "UNDERTAKER_BENCH_FLOOR";
 
 const INSTALL_HINT: &str = "run scripts/install-anchors.sh";
 
@@ -69,6 +76,15 @@ impl Env {
         set_mode_0700(&tmp)?;
         set_mode_0700(&state_dir)?;
         let sweep = probe_subcommand(&undertaker, "sweep");
+        let floor = match std::env::var_os(FLOOR_ENV).map(PathBuf::from) {
+            Some(bin) if bin.is_file() => {
+                let records = tmp.join("floor");
+                std::fs::create_dir(&records)?;
+                Some((bin, records))
+            }
+            Some(bin) => bail!("{FLOOR_ENV}: no program at {}", bin.display()),
+            None => None,
+        };
         Ok(Env {
             undertaker,
             bench,
@@ -88,6 +104,7 @@ impl Env {
             tmp,
             state_dir,
             sweep,
+            floor,
         })
     }
 

@@ -91,6 +91,14 @@ pub fn targets(ms: &[Measurement]) -> Vec<Target> {
         3.0,
         "100 concurrent `run -- true` ≥ 1/3 of bare `true`'s throughput (time ≤ 3×)".into(),
     ));
+    t.push(ratio_target(
+        ms,
+        "registry_100",
+        &format!("{auto} ×100"),
+        &format!("{TINI} ×100"),
+        1.3,
+        "100 concurrent `run -- true` ≤ 1.3× 100 concurrent `tini -s -- true`".into(),
+    ));
     let ps = find(ms, "ps_1000").and_then(|m| m.median(&format!("{PS_CMD} (1000 live trees)")));
     t.push(match ps {
         Some(v) => Target {

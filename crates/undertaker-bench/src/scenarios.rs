@@ -1,6 +1,6 @@
 //! The measurements. Each builds its contenders and hands them to `measure::run`.
 
-use crate::env::Env;
+use crate::env::{Env, FLOOR_ENV};
 use crate::measure::{self, Attempt, Contender, Measurement, Spec};
 use crate::procs::{self, mono_ns, AliveReader, Cgroup, Fifo, NotReady};
 use std::ffi::OsString;
@@ -113,6 +113,19 @@ fn wrappers(env: &Env, bare: bool) -> Vec<Wrapper> {
     w.push(anchor(TINI, &env.tini, &["-s", "--"]));
     w.push(anchor("dumb-init", &env.dumb_init, &[]));
     w.push(anchor("catatonit", &env.catatonit, &["--"]));
+    if let Some((floor, _)) = &env.floor {
+        for (name, flags) in FLOORS {
+            w.push(Wrapper {
+                name: name.into(),
+                prefix: Ok(vec![
+                    floor.clone().into_os_string(),
+                    flags.into(),
+                    "--".into(),
+                ]),
+                undertaker: false,
+            });
+        }
+    }
     for tier in TIERS {
         let mut v = vec![env.undertaker.clone().into_os_string()];
         v.extend(os(&["run", "--tier", tier, "--"]));
@@ -125,15 +138,33 @@ fn wrappers(env: &Env, bare: bool) -> Vec<Wrapper> {
     w
 }
 
+/// The C floor's contenders (`floor/floor.c`): the kernel work of `run`'s structure
+/// alone, without undertaker.
+const FLOORS: [(&str, &str); 2] = [
+    ("floor: two processes (C)", "g"),
+    ("floor: two processes, cgroup, record file (C)", "gcr"),
+];
+
 fn wrapped(env: &Env, prefix: &[OsString], cmd: &[OsString]) -> Command {
     let all: Vec<&OsString> = prefix.iter().chain(cmd).collect();
     let mut c = Command::new(all[0]);
+    floor_env(env, &mut c);
     c.args(&all[1..])
         .env("UNDERTAKER_STATE_DIR", &env.state_dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     c
+}
+
+/// Where the floor keeps its record files and makes its cgroups: the bench's own.
+fn floor_env(env: &Env, c: &mut Command) {
+    if let Some((_, records)) = &env.floor {
+        c.env("FLOOR_STATE", records);
+        if let Ok(parent) = &env.cgroup_parent {
+            c.env("FLOOR_CGROUP", parent);
+        }
+    }
 }
 
 /// Why a wrapped command did not succeed: undertaker's 125 means "cannot guard here"
@@ -788,6 +819,7 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
         Undertaker,
         Tini,
         Bare,
+        Floor,
     }
     let burst = |who: Who| -> Attempt {
         let tini = match (who, &env.tini) {
@@ -808,6 +840,17 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
                 (Who::Tini, Some(tini)) => {
                     let mut c = Command::new(tini);
                     c.args(["-s", "--"]).arg(&env.true_bin).stdin(Stdio::null());
+                    c
+                }
+                (Who::Floor, _) => {
+                    let Some((floor, _)) = &env.floor else {
+                        return Attempt::Unavailable(format!("{FLOOR_ENV} not set"));
+                    };
+                    let mut c = Command::new(floor);
+                    floor_env(env, &mut c);
+                    c.args(["gcr", "--"])
+                        .arg(&env.true_bin)
+                        .stdin(Stdio::null());
                     c
                 }
                 _ => {
@@ -838,13 +881,19 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
             Some(s) => Attempt::Failed(format!("a guardian exited with {s}")),
         }
     };
-    let contenders = vec![
+    let mut contenders = vec![
         Contender::new(format!("{} ×{size}", undertaker_name("auto")), move || {
             burst(Who::Undertaker)
         }),
         Contender::new(format!("{TINI} ×{size}"), move || burst(Who::Tini)),
         Contender::new(format!("bare ×{size}"), move || burst(Who::Bare)),
     ];
+    if env.floor.is_some() {
+        contenders.push(Contender::new(
+            format!("{} ×{size}", FLOORS[1].0),
+            move || burst(Who::Floor),
+        ));
+    }
     let m = measure::run(
         Spec {
             key: format!("registry_{class}"),
@@ -856,7 +905,8 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
         },
         contenders,
     );
-    with_anchor(m, format!("bare ×{size}"))
+    let m = with_anchor(m, format!("bare ×{size}"));
+    with_anchor(m, format!("{TINI} ×{size}"))
 }
 
 /// Ratios against an anchor whose name is only known at run time.

@@ -80,6 +80,6 @@ fn smoke_run_reports_every_measurement() {
             _ => {}
         }
     }
-    assert!(doc["targets"].as_array().is_some_and(|t| t.len() == 11));
+    assert!(doc["targets"].as_array().is_some_and(|t| t.len() == 12));
     assert!(doc["failures"].as_array().is_some_and(|f| f.is_empty()));
 }

@@ -4,7 +4,9 @@ use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use undertaker::{duration::parse_duration, OwnerSpec, RunOptions, Tier};
+use undertaker::{
+    duration::parse_duration, GuardOptions, OwnerSpec, RunOptions, SuperviseOptions, Tier,
+};
 
 /// `println!` that never panics: a closed stdout (`undertaker ps | head -1`) drops
 /// the rest of the output quietly.
@@ -23,6 +25,7 @@ macro_rules! errln {
     }};
 }
 
+mod logging;
 mod printable;
 mod reconcile;
 
@@ -37,6 +40,16 @@ struct Cli {
     /// $XDG_STATE_HOME/undertaker, else ~/.local/state/undertaker).
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
+    /// Create tree cgroups in this cgroup directory (default: $UNDERTAKER_CGROUP_ROOT,
+    /// else beneath undertaker's own cgroup where possible; docs/TIERS.md).
+    #[arg(long, global = true, value_name = "PATH")]
+    cgroup_root: Option<PathBuf>,
+    /// Run no self-healing round (as $UNDERTAKER_NO_HEAL does).
+    #[arg(long, global = true)]
+    no_heal: bool,
+    /// Log level: error, warn, info, debug, trace (default: $UNDERTAKER_LOG, else warn).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,12 +77,14 @@ enum Command {
     },
 }
 
+/// What `run` and `supervise` share (the library's `GuardOptions`).
 #[derive(clap::Args, Debug)]
-struct RunArgs {
-    /// A name for the tree, shown by `undertaker ps`.
+struct GuardArgs {
+    /// A name for the tree, shown by `undertaker ps` (supervise: the default name of
+    /// the trees it creates).
     #[arg(long)]
     label: Option<String>,
-    /// How long the tree gets between SIGTERM and SIGKILL (e.g. 300ms, 2s).
+    /// How long a tree gets between SIGTERM and SIGKILL (e.g. 300ms, 2s).
     #[arg(long, default_value = "2s", value_parser = parse_grace)]
     grace: std::time::Duration,
     /// The owner is this process instead of undertaker's parent.
@@ -78,9 +93,32 @@ struct RunArgs {
     /// The owner holds the write end of this inherited pipe; end of file = owner gone.
     #[arg(long, value_name = "N", value_parser = parse_fd)]
     owner_fd: Option<i32>,
-    /// Containment mechanism.
+    /// Containment mechanism (supervise refuses pidns: it is one namespace per `run`).
     #[arg(long, value_enum, default_value = "auto")]
     tier: TierArg,
+}
+
+impl GuardArgs {
+    fn options(self, state_dir: Option<PathBuf>) -> GuardOptions {
+        let owner = match (self.owner, self.owner_fd) {
+            (Some(pid), _) => OwnerSpec::Pid(pid),
+            (None, Some(fd)) => OwnerSpec::Fd(fd),
+            (None, None) => OwnerSpec::Parent,
+        };
+        GuardOptions {
+            label: self.label,
+            grace: self.grace,
+            owner,
+            tier: self.tier.into(),
+            state_dir,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    guard: GuardArgs,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -93,21 +131,13 @@ struct RunArgs {
 
 #[derive(clap::Args, Debug)]
 struct SuperviseArgs {
-    /// Default name of the trees it creates, shown by `undertaker ps`.
-    #[arg(long)]
-    label: Option<String>,
-    /// How long each tree gets between SIGTERM and SIGKILL (e.g. 300ms, 2s).
-    #[arg(long, default_value = "2s", value_parser = parse_grace)]
-    grace: std::time::Duration,
-    /// The owner is this process instead of the supervisor's parent.
-    #[arg(long, value_name = "PID", conflicts_with = "owner_fd", value_parser = parse_pid)]
-    owner: Option<i32>,
-    /// The owner holds the write end of this inherited pipe; end of file = owner gone.
-    #[arg(long, value_name = "N", value_parser = parse_fd)]
-    owner_fd: Option<i32>,
-    /// Containment mechanism (pidns is refused: it is one namespace per `run`).
-    #[arg(long, value_enum, default_value = "auto")]
-    tier: TierArg,
+    #[command(flatten)]
+    guard: GuardArgs,
+    /// The host's own process group: never registered, never signalled (the
+    /// argument Hermes Agent gives its death supervisor; 0, a group outside our PID
+    /// namespace, names none).
+    #[arg(long, value_name = "PGID", value_parser = parse_pgid)]
+    parent_pgid: Option<i32>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -191,6 +221,15 @@ fn parse_pid(s: &str) -> Result<i32, String> {
     }
 }
 
+fn parse_pgid(s: &str) -> Result<i32, String> {
+    match s.parse::<i32>() {
+        Ok(p) if p >= 0 => Ok(p),
+        _ => Err(format!(
+            "{s:?} is not a process group id (a non-negative integer)"
+        )),
+    }
+}
+
 fn parse_fd(s: &str) -> Result<i32, String> {
     match s.parse::<i32>() {
         Ok(fd) if fd >= 0 => Ok(fd),
@@ -198,50 +237,9 @@ fn parse_fd(s: &str) -> Result<i32, String> {
     }
 }
 
-/// The level `UNDERTAKER_LOG` asks for: a level name (`debug`), or `target=level`
-/// directives separated by commas, of which the most verbose level counts (undertaker
-/// logs from its own crates only). Anything unreadable means the default, `warn`.
-/// A full EnvFilter would pull in a regex engine: ~1 MiB of binary and start-up work
-/// in every guardian for a debugging aid.
-fn log_level(spec: Option<&str>) -> tracing::level_filters::LevelFilter {
-    use tracing::level_filters::LevelFilter;
-    spec.and_then(|spec| {
-        spec.split(',')
-            .filter_map(|d| {
-                let level = d.rsplit('=').next()?.trim();
-                // FromStr reads "" as ERROR; an empty directive is no directive.
-                (!level.is_empty()).then(|| level.parse::<LevelFilter>().ok())?
-            })
-            .max()
-    })
-    .unwrap_or(LevelFilter::WARN)
-}
-
-/// Where log lines go: stderr, with every failed write dropped. A guardian must never
-/// die of its own logging (a host that closed the read end of our stderr pipe, a full
-/// disk behind a redirect); the fmt layer would otherwise report the failure by
-/// printing to that same stderr, which panics.
-struct DroppingStderr;
-
-impl std::io::Write for DroppingStderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn init_logging() {
-    let spec = std::env::var("UNDERTAKER_LOG").ok();
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(log_level(spec.as_deref()))
-        .with_writer(|| DroppingStderr)
-        .with_target(false)
-        .without_time()
-        .try_init();
+fn init_logging(flag: Option<String>) {
+    let spec = flag.or_else(|| std::env::var("UNDERTAKER_LOG").ok());
+    logging::init(logging::level(spec.as_deref()));
 }
 
 /// Opens /dev/null on any of fds 0, 1 and 2 that was inherited closed, so nothing
@@ -270,7 +268,13 @@ fn fill_standard_fds() {}
 fn main() -> ExitCode {
     fill_standard_fds();
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.log_level);
+    if let Some(path) = cli.cgroup_root {
+        undertaker::settings::set_cgroup_root(path);
+    }
+    if cli.no_heal {
+        undertaker::settings::disable_self_healing();
+    }
     let code = match cli.command {
         Command::Run(args) => cmd_run(args, cli.state_dir),
         Command::Supervise(args) => cmd_supervise(args, cli.state_dir),
@@ -284,42 +288,24 @@ fn main() -> ExitCode {
 }
 
 fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
-    let owner = match (args.owner, args.owner_fd) {
-        (Some(pid), _) => OwnerSpec::Pid(pid),
-        (None, Some(fd)) => OwnerSpec::Fd(fd),
-        (None, None) => OwnerSpec::Parent,
-    };
     let opts = RunOptions {
         command: args.command,
-        label: args.label,
-        grace: args.grace,
-        owner,
-        tier: args.tier.into(),
-        state_dir,
+        guard: args.guard.options(state_dir),
     };
-    match undertaker::run(&opts) {
-        Ok(code) => code,
-        Err(e) => {
-            errln!("undertaker: {}", printable::line(&e.to_string()));
-            e.exit_code()
-        }
-    }
+    report(undertaker::run(&opts))
 }
 
 fn cmd_supervise(args: SuperviseArgs, state_dir: Option<PathBuf>) -> i32 {
-    let owner = match (args.owner, args.owner_fd) {
-        (Some(pid), _) => OwnerSpec::Pid(pid),
-        (None, Some(fd)) => OwnerSpec::Fd(fd),
-        (None, None) => OwnerSpec::Parent,
+    let opts = SuperviseOptions {
+        guard: args.guard.options(state_dir),
+        parent_pgid: args.parent_pgid.filter(|&p| p > 0),
     };
-    let opts = undertaker::SuperviseOptions {
-        label: args.label,
-        grace: args.grace,
-        owner,
-        tier: args.tier.into(),
-        state_dir,
-    };
-    match undertaker::supervise(&opts) {
+    report(undertaker::supervise(&opts))
+}
+
+/// The status to exit with; a failure also gets its one line on stderr.
+fn report(result: Result<i32, undertaker::RunError>) -> i32 {
+    match result {
         Ok(code) => code,
         Err(e) => {
             errln!("undertaker: {}", printable::line(&e.to_string()));
@@ -357,6 +343,7 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
             "checks": checks,
             "tiers": tiers,
             "auto": report.auto.as_str(),
+            "cgroup_placement": report.cgroup_placement,
             "state_dir": { "path": sd.path, "ok": sd.ok, "detail": sd.detail },
         });
         outln!("{out}");
@@ -379,6 +366,15 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         ));
     }
     rows.push(("tier auto".into(), "->", report.auto.as_str().into()));
+    let place = &report.cgroup_placement;
+    rows.push((
+        "cgroup placement".into(),
+        place.kind.unwrap_or("none"),
+        match &place.path {
+            Some(path) => format!("{path}: {}", place.reason),
+            None => place.reason.clone(),
+        },
+    ));
     rows.push((
         "state dir".into(),
         if sd.ok { "ok" } else { "error" },
@@ -391,21 +387,4 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         .collect();
     printable::print_table(&header, &rows);
     0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::log_level;
-    use tracing::level_filters::LevelFilter;
-
-    #[test]
-    fn log_level_reads_names_and_directives() {
-        assert_eq!(log_level(None), LevelFilter::WARN);
-        assert_eq!(log_level(Some("debug")), LevelFilter::DEBUG);
-        assert_eq!(log_level(Some("undertaker=trace")), LevelFilter::TRACE);
-        assert_eq!(log_level(Some("info,undertaker=debug")), LevelFilter::DEBUG);
-        assert_eq!(log_level(Some("off")), LevelFilter::OFF);
-        assert_eq!(log_level(Some("nonsense")), LevelFilter::WARN);
-        assert_eq!(log_level(Some("")), LevelFilter::WARN);
-    }
 }

@@ -54,12 +54,11 @@ fn spawn_gives_pipes_wait_gives_the_status_and_kill_takes_the_tree() {
         .spawn(Command::new("sh").args(["-c", "sleep 1000 & sleep 1000"]))
         .unwrap();
     let id = tree.tree().to_owned();
-    assert!(wait_until(Duration::from_secs(10), || survivors(&id).len() >= 2));
+    assert!(wait_until(Duration::from_secs(60), || survivors(&id).len() >= 2));
     tree.kill().unwrap();
     assert!(survivors(&id).is_empty());
     drop(sup);
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 /// The host side of the next test: a process using the API, killed with -9.
@@ -107,12 +106,11 @@ fn host_kill9_takes_every_spawned_tree() {
         .map(str::to_owned)
         .collect();
     assert_eq!(ids.len(), 3);
-    assert!(wait_until(Duration::from_secs(10), || ids
+    assert!(wait_until(Duration::from_secs(60), || ids
         .iter()
         .all(|t| survivors(t).len() >= 2)));
     kill9(&mut host);
-    let left = survivors_after(Duration::from_secs(30));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -146,8 +144,7 @@ fn adopt_takes_a_passed_pidfd_as_proof() {
     assert_eq!(reply["members"], 1, "{reply}");
     // End of input: the adopted process is torn down with the rest.
     drop(sup);
-    let status = wait_child(&mut child, Duration::from_secs(10)).expect("adopted child killed");
+    let status = wait_child(&mut child, Duration::from_secs(60)).expect("adopted child killed");
     assert!(!status.success());
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }

@@ -90,7 +90,7 @@ fn mcp_stdio_server_works_through_undertaker() {
     );
     // Closing stdin is how a host ends a stdio server; the guardian then exits too.
     drop(stdin);
-    let status = wait_child(&mut child, Duration::from_secs(20));
+    let status = wait_child(&mut child, Duration::from_secs(60));
     assert!(status.is_some(), "server did not exit on stdin EOF");
     assert_eq!(status.unwrap().code(), Some(0));
 }

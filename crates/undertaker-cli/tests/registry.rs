@@ -24,16 +24,7 @@ fn start_sleeper(tmp: &Scratch, state: &Path, label: &str) -> (Child, String) {
         "sleep 1000 & echo ready > {}/ready; wait",
         tmp.path().display()
     );
-    let guardian = spawn_guarded(state, label, &script, &[]);
-    assert!(wait_for_file(
-        &tmp.path().join("ready"),
-        Duration::from_secs(20)
-    ));
-    let id = find_tree(state, label, Duration::from_secs(5)).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    (guardian, id)
+    spawn_guarded_ready(state, label, &script, &tmp.path().join("ready"), &[])
 }
 
 #[test]
@@ -47,25 +38,29 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
 
     let mut guardian = spawn_guarded(&state, "zoo", &zoo_with_exited_member(tmp.path()), &[]);
     assert!(
-        wait_for_file(&tmp.path().join("ready"), Duration::from_secs(20)),
+        wait_for_file(&tmp.path().join("ready"), Duration::from_secs(60)),
         "zoo never got ready"
     );
-    let tree = find_tree(&state, "zoo", Duration::from_secs(5)).expect("tree recorded");
+    let tree = find_tree(&state, "zoo", Duration::from_secs(60)).expect("tree recorded");
     let id = tree["id"].as_str().unwrap().to_owned();
-    let before = survivors(&id);
-    assert!(before.len() >= 5, "zoo members: {before:?}");
+    // The zoo once settled: CMD, its sleep, the setsid double fork's sleep, the
+    // process in its own group and the SIGTERM ignorer (the exited member is gone).
+    // Waited for, not counted once: the double fork's middle shell may not have
+    // exited yet, and a member that is exec'ing shows no marker.
+    let before = wait_for_members(&id, 5);
 
     // Every undertaker process at once (what the sentinel cannot cover); CMD itself
     // dies with its guardian (PDEATHSIG), the escaped members do not.
     kill9_all(&mut guardian);
-    wait_until(Duration::from_secs(5), || {
-        survivors(&id).len() != before.len()
-    });
-    let members = survivors(&id);
+    let members = wait_for_members(&id, before.len() - 1);
+    let died: Vec<i64> = (before.iter())
+        .filter(|p| !members.contains(p))
+        .map(|&p| i64::from(p))
+        .collect();
     assert_eq!(
-        members.len(),
-        before.len() - 1,
-        "only CMD dies with the guardian"
+        died,
+        [tree["root_pid"].as_i64().unwrap()],
+        "only CMD dies with the guardian: {before:?} -> {members:?}"
     );
 
     // A decoy that takes the number of an exited member (pid reuse).
@@ -151,8 +146,7 @@ fn corrupt_registry_is_moved_aside_and_sweep_by_marker_still_works() {
     let (mut guardian, id) = start_sleeper(&tmp, &state, "doomed");
     kill9_all(&mut guardian);
     // CMD (the shell) dies with its guardian; its `sleep` is left for the sweep.
-    wait_until(Duration::from_secs(5), || survivors(&id).len() == 1);
-    assert_eq!(survivors(&id).len(), 1);
+    wait_for_members(&id, 1);
 
     let db = state.join("registry.db");
     for side in ["registry.db-wal", "registry.db-shm"] {
@@ -230,7 +224,7 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
         "exit 0",
         &[("UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN", "30000")],
     );
-    let row = find_tree(&state, "never-started", Duration::from_secs(10)).expect("row written");
+    let row = find_tree(&state, "never-started", Duration::from_secs(60)).expect("row written");
     assert!(row["root_pid"].is_null(), "{row}");
     assert_eq!(row["state"], "running");
     kill9_all(&mut guardian);
@@ -238,13 +232,22 @@ fn guardian_killed_before_spawn_is_found_and_finished() {
     assert_eq!(ps[0]["state"], "orphaned");
     let out = ut(&state, &["sweep", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report = json(&out);
-    assert_eq!(report["trees"][0]["action"], "swept");
-    assert_eq!(report["trees"][0]["targets"].as_array().unwrap().len(), 0);
+    let tree = reported(&json(&out), row["id"].as_str().unwrap());
+    assert_eq!(tree["action"], "swept", "{tree}");
+    assert_eq!(tree["targets"].as_array().unwrap().len(), 0, "{tree}");
     assert_eq!(
         json(&ut(&state, &["ps", "--json", "--all"]))[0]["state"],
         "finished"
     );
+}
+
+/// The sweep report's entry for tree `id`. Never `trees[0]`: a sweep in the initial
+/// PID namespace also finishes tree cgroups that other tests' dead namespaces left.
+fn reported(report: &serde_json::Value, id: &str) -> serde_json::Value {
+    (report["trees"].as_array().unwrap().iter())
+        .find(|t| t["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("tree {id} is not in the report: {report}"))
 }
 
 /// A dead guardian's record file waits in the state dir; one `sweep` folds and
@@ -260,16 +263,28 @@ fn sweep_of_a_dead_guardians_tree_leaves_no_record_file() {
         &[("UNDERTAKER_TEST_PAUSE_BEFORE_SPAWN", "30000")],
     );
     assert!(
-        wait_until(Duration::from_secs(10), || record_files(&state) == 1),
+        wait_until(Duration::from_secs(60), || record_files(&state) == 1),
         "record file written"
     );
     kill9_all(&mut guardian);
     assert_eq!(record_files(&state), 1, "nothing folded it yet");
+    let record = std::fs::read_dir(state.join("trees"))
+        .unwrap()
+        .flatten()
+        .next();
+    let id = record
+        .unwrap()
+        .path()
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
     let out = ut(&state, &["sweep", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let report = json(&out);
-    assert_eq!(report["trees"][0]["action"], "swept", "{report}");
-    assert_eq!(report["trees"][0]["left_alive"], 0, "{report}");
+    let tree = reported(&json(&out), &id);
+    assert_eq!(tree["action"], "swept", "{tree}");
+    assert_eq!(tree["left_alive"], 0, "{tree}");
     let left: Vec<_> = std::fs::read_dir(state.join("trees"))
         .unwrap()
         .flatten()
@@ -354,7 +369,7 @@ fn unsafe_state_dirs_are_refused() {
 fn short_trees_with_audit(state: &Path, n: usize) -> usize {
     for i in 0..n {
         let mut g = spawn_guarded(state, &format!("short{i}"), "sleep 1000 & exit 0", &[]);
-        assert!(wait_child(&mut g, Duration::from_secs(30)).is_some());
+        assert!(wait_child(&mut g, Duration::from_secs(60)).is_some());
     }
     let entries = json(&ut(state, &["log", "--json"]));
     entries.as_array().unwrap().len()
@@ -407,7 +422,7 @@ fn a_folder_killed_mid_fold_loses_and_duplicates_nothing() {
         let before = audit_lines(&state);
         for i in 0..3 {
             let mut g = spawn_guarded(&state, &format!("{pause}{i}"), "sleep 1000 & exit 0", &[]);
-            assert!(wait_child(&mut g, Duration::from_secs(30)).is_some());
+            assert!(wait_child(&mut g, Duration::from_secs(60)).is_some());
         }
         assert_eq!(record_files(&state), 3, "{pause}: three unfolded records");
         let mut folder = undertaker()
@@ -440,7 +455,7 @@ fn a_folder_killed_mid_fold_loses_and_duplicates_nothing() {
         let unique: BTreeSet<&String> = after.iter().collect();
         assert_eq!(unique.len(), after.len(), "{pause}: duplicates");
     }
-    assert_no_leftovers();
+    assert_nothing_left();
 }
 
 /// Every undertaker process of a tree is killed after its teardown logged, before the
@@ -458,10 +473,10 @@ fn guardian_killed_before_its_finished_mark_loses_no_entry() {
         "sleep 1000 & exit 0",
         &[("UNDERTAKER_TEST_PAUSE_BEFORE_FINISH", "30000")],
     );
-    let tree = find_tree(&state, "unfinished", Duration::from_secs(10)).expect("recorded");
+    let tree = find_tree(&state, "unfinished", Duration::from_secs(60)).expect("recorded");
     let id = tree["id"].as_str().unwrap().to_owned();
     // The teardown logs its signal, then the guardian pauses before the last line.
-    assert!(wait_until(Duration::from_secs(20), || {
+    assert!(wait_until(Duration::from_secs(60), || {
         let out = ut(&state, &["log", "--json"]);
         json(&out).as_array().is_some_and(|a| !a.is_empty())
     }));
@@ -491,12 +506,7 @@ fn guardian_killed_before_its_finished_mark_loses_no_entry() {
         .cloned()
         .unwrap();
     assert_eq!(row["state"], "finished", "{row}");
-    assert_no_leftovers();
-}
-
-fn assert_no_leftovers() {
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "{left:#?}");
+    assert_nothing_left();
 }
 
 /// `log --last N` is the newest page of the full log; `--before ID` the one before it.
@@ -516,4 +526,147 @@ fn log_pages_match_the_full_log() {
         &["log", "--json", "--last", "100", "--before", &first_id],
     ));
     assert_eq!(prev.as_array().unwrap()[..], full[..full.len() - 1]);
+}
+
+/// An `undertaker run --tier cgroup` (CMD `sleep 1000`, self-healing off) as the
+/// guardian of a private PID namespace of its own (`unshare --pid --fork`), in state
+/// dir `label` of `tmp`. Dropping it kills the namespace and removes what is left of
+/// its tree cgroup: a failing test leaves nothing behind either.
+struct NamespacedTree {
+    /// The `unshare` we started: the namespace's init is its one child.
+    wrapper: Child,
+    id: String,
+    cgroup: std::path::PathBuf,
+}
+
+impl NamespacedTree {
+    fn start(tmp: &Scratch, label: &str) -> Self {
+        let ready = tmp.path().join(format!("{label}.ready"));
+        let script = format!("echo > {}; exec sleep 1000", ready.display());
+        let state = tmp.path().join(label);
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--mount-proc", UNDERTAKER, "--state-dir"])
+            .arg(&state)
+            .args(["run", "--tier", "cgroup", "--label", label, "--"])
+            .args(["sh", "-c", &script])
+            .stdin(std::process::Stdio::null())
+            .env_remove("UNDERTAKER_TREE")
+            .env("UNDERTAKER_NO_HEAL", "1");
+        with_test_state(&mut cmd);
+        let mut tree = Self {
+            wrapper: cmd.spawn().expect("spawn unshare"),
+            id: String::new(),
+            cgroup: Default::default(),
+        };
+        assert!(wait_for_file(&ready, Duration::from_secs(60)), "{label}");
+        tree.id = find_tree(&state, label, Duration::from_secs(60)).expect("recorded")["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let cgroups = undertaker::testing::tree_cgroups_of_tree(&tree.id);
+        assert_eq!(cgroups.len(), 1, "{cgroups:?}");
+        tree.cgroup = cgroups[0].clone();
+        // Its sleep counted once it has exec'd (read while `sh` execs, no marker).
+        wait_for_members(&tree.id, 1);
+        tree
+    }
+
+    /// `kill -9` of the whole namespace: of its init, after which the kernel kills
+    /// every other process of it. Once our `unshare` has reaped the init, the
+    /// namespace has no process left (its init waits for all of them before it dies).
+    fn kill_namespace(&mut self) {
+        self.kill_init();
+        assert!(
+            wait_child(&mut self.wrapper, Duration::from_secs(60)).is_some(),
+            "the namespace's init did not die"
+        );
+    }
+
+    /// SIGKILL to the namespace's init (our `unshare`'s one child), through a pidfd
+    /// checked to be our child's.
+    fn kill_init(&self) {
+        if let Some(init) = guardian_of(&self.wrapper) {
+            signal_child_of(
+                self.wrapper.id() as i32,
+                init,
+                rustix::process::Signal::KILL,
+            );
+        }
+    }
+}
+
+impl Drop for NamespacedTree {
+    fn drop(&mut self) {
+        if matches!(self.wrapper.try_wait(), Ok(None)) {
+            self.kill_init();
+            let _ = wait_child(&mut self.wrapper, Duration::from_secs(60));
+        }
+        // Empty now (everything of the namespace is dead): an rmdir is all it needs.
+        let _ = std::fs::remove_dir(&self.cgroup);
+    }
+}
+
+/// Issue 17 ("Also"): a guardian whose whole PID namespace was `kill -9`ed leaves its
+/// tree cgroup. A sweep of another state dir finishes that tree and removes the cgroup
+/// when it runs in the initial PID namespace, which can prove that namespace empty; run
+/// anywhere else it leaves it alone. A live guardian's tree in another namespace is
+/// left alone either way. Not isolated on purpose: the sweep runs in the namespace the
+/// test runs in (the initial one here and, maybe, in CI); it signals only what is in
+/// the namespaces and cgroups this test made, or trees of dead namespaces.
+#[test]
+fn a_tree_cgroup_of_a_dead_pid_namespace_is_finished_and_a_live_ones_left_alone() {
+    if !is_root() {
+        skip("needs root: the cgroup tier in PID namespaces made without a user namespace");
+        return;
+    }
+    if !require_cgroup() {
+        return;
+    }
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        skip("no private PID namespace (unshare --pid --fork --mount-proc failed)");
+        return;
+    }
+    let tmp = Scratch::new("deadns");
+    let mut dead = NamespacedTree::start(&tmp, "dead");
+    let mut live = NamespacedTree::start(&tmp, "live");
+    dead.kill_namespace();
+    assert_eq!(survivors(&dead.id), Vec::<i32>::new());
+    // Its cgroup stays (the kernel removes none) until a sweep or heal round in the
+    // initial namespace finishes it: not asserted here, since one running beside this
+    // test (another test's, or any undertaker's self-healing) may already have.
+    let other = tmp.path().join("other");
+    let report = ut(&other, &["sweep", "--json"]);
+    let report = json(&report);
+    let entry = |id: &str| {
+        report["trees"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .cloned()
+    };
+    let initial = rustix::fs::stat("/proc/self/ns/pid").is_ok_and(|s| s.st_ino == 0xEFFF_FFFC);
+    if initial {
+        // Someone else's self-healing may have got there first: either way it is gone.
+        assert!(!dead.cgroup.exists(), "left: {report:#}");
+        if let Some(t) = entry(&dead.id) {
+            assert_eq!(t["action"], "swept", "{t:#}");
+        }
+    } else {
+        eprintln!("not in the initial PID namespace: the dead namespace's tree is left alone");
+        assert_eq!(entry(&dead.id), None, "{report:#}");
+    }
+    assert_eq!(entry(&live.id), None, "{report:#}");
+    assert!(live.cgroup.exists(), "{report:#}");
+    assert_eq!(survivors(&live.id).len(), 1, "{report:#}");
+    // Now the live one's namespace dies too: the same sweep (from the initial
+    // namespace) removes its cgroup; elsewhere the drop does.
+    live.kill_namespace();
+    if initial {
+        let report = json(&ut(&other, &["sweep", "--json"]));
+        assert!(!live.cgroup.exists(), "left: {report:#}");
+    }
 }

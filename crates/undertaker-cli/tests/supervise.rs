@@ -7,103 +7,10 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// Skips the test (false) unless the cgroup tier is available here.
-fn require_cgroup() -> bool {
-    match undertaker::testing::cgroup_tier_available() {
-        Ok(_) => true,
-        Err(why) => {
-            skip(&format!("cgroup tier unavailable: {why}"));
-            false
-        }
-    }
-}
-
-fn require_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("-c")
-        .arg("pass")
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        skip("python3 not installed");
-    }
-    ok
-}
-
-/// A supervisor whose owner is this test: requests on a pipe, replies read back.
-struct Supervisor {
-    child: Child,
-    input: Option<ChildStdin>,
-    output: BufReader<ChildStdout>,
-    /// Events read while waiting for replies.
-    events: Vec<Value>,
-}
-
-impl Supervisor {
-    fn start(state: &Path, tier: &str) -> Self {
-        let mut child = undertaker()
-            .arg("--state-dir")
-            .arg(state)
-            .args(["supervise", "--grace", "500ms", "--tier", tier])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start undertaker supervise");
-        let input = child.stdin.take();
-        let output = BufReader::new(child.stdout.take().unwrap());
-        Self {
-            child,
-            input,
-            output,
-            events: Vec::new(),
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) {
-        let input = self.input.as_mut().unwrap();
-        input.write_all(bytes).unwrap();
-        input.flush().unwrap();
-    }
-
-    /// Sends one line, returns its reply (events on the way are kept).
-    fn request(&mut self, line: &str) -> Value {
-        self.send_raw(format!("{line}\n").as_bytes());
-        self.reply()
-    }
-
-    fn reply(&mut self) -> Value {
-        loop {
-            let mut text = String::new();
-            let n = self.output.read_line(&mut text).unwrap();
-            assert!(n > 0, "supervisor closed its output");
-            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-            if v.get("event").is_some() {
-                self.events.push(v);
-            } else {
-                return v;
-            }
-        }
-    }
-
-    /// End of input: the host is gone. Returns the exit code.
-    fn close(mut self) -> i32 {
-        drop(self.input.take());
-        let status =
-            wait_child(&mut self.child, Duration::from_secs(60)).expect("supervisor exits");
-        status.code().unwrap_or(-1)
-    }
-}
 
 /// Writes the Python host that starts a supervisor, spawns three groups with
 /// `start_new_session=True` (a sleeper, one ignoring SIGTERM, one that double-forks a
@@ -156,13 +63,13 @@ fn register_then_kill_host(tier: &str) -> (i32, Scratch) {
         .unwrap();
     let registered = scratch.path().join("registered");
     assert!(
-        wait_for_file(&registered, Duration::from_secs(30)),
+        wait_for_file(&registered, Duration::from_secs(60)),
         "host did not register its groups (status {:?})",
         host.try_wait()
     );
     std::fs::write(scratch.path().join("go"), "").unwrap();
     let grandchild_file = scratch.path().join("grandchild");
-    assert!(wait_for_file(&grandchild_file, Duration::from_secs(30)));
+    assert!(wait_for_file(&grandchild_file, Duration::from_secs(60)));
     let grandchild: i32 = std::fs::read_to_string(&grandchild_file)
         .unwrap()
         .trim()
@@ -182,8 +89,7 @@ fn register_then_host_kill9_leaves_no_survivor_in_the_cgroup_tier() {
         return;
     }
     let (_, _scratch) = register_then_kill_host("cgroup");
-    let left = survivors_after(Duration::from_secs(30));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -198,14 +104,17 @@ fn register_then_host_kill9_in_the_subreaper_tier_leaves_only_the_double_forked_
     let (grandchild, _scratch) = register_then_kill_host("subreaper");
     // The tier's documented limit (docs/SUPERVISE.md): a process we did not start
     // cannot become our descendant, so a double-forked setsid grandchild born after
-    // the registration is out of reach. Everything else is gone.
-    let left = survivors_after(Duration::from_secs(30));
-    let pids: Vec<i32> = left.iter().map(|(p, _)| *p).collect();
-    assert_eq!(pids, vec![grandchild], "survivors: {left:?}");
+    // the registration is out of reach. Everything else is gone (waited for until it
+    // is: waiting for nothing to be left would always take the whole bound).
+    let only_the_grandchild = wait_until(Duration::from_secs(60), || {
+        reap_zombies();
+        live_processes_except_self() == vec![grandchild]
+    });
+    let left = survivors_after(Duration::ZERO);
+    assert!(only_the_grandchild, "survivors: {left:?}");
     let pid = rustix::process::Pid::from_raw(grandchild).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 /// A decoy logging every signal it gets, as its own group leader.
@@ -264,7 +173,7 @@ fn a_dead_registered_group_whose_number_was_reused_is_never_signalled() {
         .spawn()
         .unwrap();
     let pids_file = scratch.path().join("pids");
-    assert!(wait_for_file(&pids_file, Duration::from_secs(30)));
+    assert!(wait_for_file(&pids_file, Duration::from_secs(60)));
     let pids: Vec<i32> = std::fs::read_to_string(&pids_file)
         .unwrap()
         .split_whitespace()
@@ -272,10 +181,10 @@ fn a_dead_registered_group_whose_number_was_reused_is_never_signalled() {
         .collect();
     assert_eq!(pids[0], pids[1], "the decoy did not get the group's number");
     let log = scratch.path().join("decoy.log");
-    assert!(wait_until(Duration::from_secs(10), || read_lines(&log) == ["ready"]));
+    assert!(wait_until(Duration::from_secs(60), || read_lines(&log) == ["ready"]));
     kill9(&mut host);
     // The supervisor sees end of input and tears down what it holds; then it exits.
-    let supervisor_gone = wait_until(Duration::from_secs(30), || {
+    let supervisor_gone = wait_until(Duration::from_secs(60), || {
         reap_zombies();
         live_processes_except_self() == vec![pids[1]]
     });
@@ -288,8 +197,7 @@ fn a_dead_registered_group_whose_number_was_reused_is_never_signalled() {
     assert_eq!(read_lines(&log), ["ready"], "the decoy got signals");
     let pid = rustix::process::Pid::from_raw(pids[1]).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 /// 100 spawned trees in one supervisor, then the host's kill -9.
@@ -333,7 +241,7 @@ fn a_hundred_spawned_trees_die_with_their_host() {
     assert!(wait_for_file(&spawned, Duration::from_secs(120)));
     assert_eq!(std::fs::read_to_string(&spawned).unwrap(), "100");
     // host + supervisor + 100 × (sh's sleep + exec'd sleep)
-    assert!(wait_until(Duration::from_secs(30), || {
+    assert!(wait_until(Duration::from_secs(60), || {
         live_processes_except_self().len() >= 202
     }));
     kill9(&mut host);
@@ -355,7 +263,7 @@ fn supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes() {
         ));
         assert_eq!(r["ok"], true, "{r}");
     }
-    assert!(wait_until(Duration::from_secs(10), || {
+    assert!(wait_until(Duration::from_secs(60), || {
         live_processes_except_self().len() >= 7
     }));
     kill9(&mut sup.child);
@@ -374,8 +282,7 @@ fn supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(json(&out)["left_alive"], 0);
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -390,21 +297,7 @@ fn bad_lines_get_typed_errors_and_change_nothing() {
     assert_eq!(r["ok"], true, "{r}");
     let tree = r["tree"].as_str().unwrap().to_owned();
     // A process of another uid, child of ours (the owner), leading its own group.
-    let mut stranger = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "sleep",
-            "1000",
-        ])
-        .process_group(0)
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(10), || {
-        std::fs::read_to_string(format!("/proc/{}/status", stranger.id()))
-            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t65534")))
-    }));
+    let mut stranger = sleep_as_nobody(true);
     let me = std::process::id();
     let long = format!(r#"{{"op":"hello","pad":"{}"}}"#, "x".repeat(65 * 1024));
     let table: Vec<(String, &str, Option<&str>)> = vec![
@@ -430,11 +323,7 @@ fn bad_lines_get_typed_errors_and_change_nothing() {
             "refused",
             Some("other_uid"),
         ),
-        (
-            "register 4194303".into(),
-            "refused",
-            Some("no_such_process"),
-        ),
+        ("register 4194303".into(), "refused", Some("unproven_group")),
         ("unregister 4242".into(), "not_registered", None),
         (
             r#"{"op":"kill","tree":"00000000000000000000000000000000"}"#.into(),
@@ -470,8 +359,7 @@ fn bad_lines_get_typed_errors_and_change_nothing() {
     );
     assert_eq!(sup.close(), 0);
     kill9(&mut stranger);
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -499,7 +387,7 @@ fn spawn_kill_release_and_exited_events() {
     let r = sup.request(&format!("register {}", group.id()));
     assert_eq!(r["ok"], true, "{r}");
     let released = r["tree"].as_str().unwrap().to_owned();
-    assert!(wait_until(Duration::from_secs(10), || {
+    assert!(wait_until(Duration::from_secs(60), || {
         let r = sup.request(r#"{"op":"list"}"#);
         r["trees"].as_array().unwrap().len() == 2
     }));
@@ -527,8 +415,7 @@ fn spawn_kill_release_and_exited_events() {
     // Released: not signalled at the end.
     assert!(alive(group.id() as i32), "a released tree was torn down");
     kill9(&mut group);
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -576,8 +463,7 @@ fn a_host_that_never_reads_replies_does_not_stall_the_supervisor() {
     drop(sup.input.take());
     let status = wait_child(&mut sup.child, Duration::from_secs(60));
     assert_eq!(status.and_then(|s| s.code()), Some(0), "supervisor stalled");
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
 }
 
 #[test]
@@ -605,6 +491,307 @@ fn a_registered_group_that_emptied_is_forgotten() {
     let r = sup.request(&format!("unregister {pgid}"));
     assert_eq!(r["error"]["code"], "not_registered", "{r}");
     assert_eq!(sup.close(), 0);
-    let left = survivors_after(Duration::from_secs(10));
-    assert!(left.is_empty(), "survivors: {left:?}");
+    assert_nothing_left();
+}
+
+/// docs/SUPERVISE.md: the owner is protected. An owner that is not the supervisor's
+/// ancestor (`--owner PID`) handed over as a pidfd is refused, and survives the end.
+#[test]
+fn the_owner_cannot_be_adopted() {
+    if !isolate("the_owner_cannot_be_adopted") {
+        return;
+    }
+    let scratch = Scratch::new("sv-owner");
+    let state = scratch.path().join("state");
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let owner_pid = owner.id() as i32;
+    let mut sup = Supervisor::on_socket(&state, &["--owner", &owner_pid.to_string()]);
+    let pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(owner_pid).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .unwrap();
+    let r = sup.request_with_fds(r#"{"op":"adopt"}"#, &[pidfd.as_fd()]);
+    assert_eq!(r["ok"], false, "the owner was adopted: {r}");
+    assert_eq!(r["error"]["reason"], "protected", "{r}");
+    assert_eq!(sup.close(), 0);
+    assert!(alive(owner_pid), "the owner was killed");
+    kill9(&mut owner);
+    assert_nothing_left();
+}
+
+/// Requests that were queued when the owner died are never acted on: the owner is
+/// checked before each one, as `run` checks it before starting CMD.
+#[test]
+fn spawns_queued_before_the_owner_died_are_never_started() {
+    if !isolate("spawns_queued_before_the_owner_died_are_never_started") {
+        return;
+    }
+    let scratch = Scratch::new("sv-queued");
+    let state = scratch.path().join("state");
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let owner_arg = owner.id().to_string();
+    let mut sup = Supervisor::start_with(undertaker(), &state, "auto", &["--owner", &owner_arg]);
+    assert_eq!(sup.request(r#"{"op":"hello"}"#)["ok"], true);
+    // Stopped, the supervisor reads nothing: the spawns queue up, then the owner dies.
+    signal_child(&sup.child, rustix::process::Signal::STOP);
+    assert!(wait_until(Duration::from_secs(60), || proc_state(
+        sup.pid()
+    ) == Some('T')));
+    let mut queued = String::new();
+    for i in 0..5 {
+        queued.push_str(&format!(
+            r#"{{"op":"spawn","id":{i},"argv":["sleep","1000"]}}"#
+        ));
+        queued.push('\n');
+    }
+    sup.send_raw(queued.as_bytes());
+    kill9(&mut owner);
+    signal_child(&sup.child, rustix::process::Signal::CONT);
+    let mut started = Vec::new();
+    while let Some(reply) = sup.next_line() {
+        if reply["ok"] == true {
+            started.push(reply);
+        }
+    }
+    let status = wait_child(&mut sup.child, Duration::from_secs(60)).expect("supervisor exits");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        started.is_empty(),
+        "started after the owner died: {started:?}"
+    );
+    assert_nothing_left();
+}
+
+/// A `cwd` the command cannot enter is reported as the step that failed, naming
+/// the directory, not as argv[0] being unexecutable.
+#[test]
+fn an_unenterable_cwd_is_reported_as_the_cwd() {
+    use std::os::unix::fs::PermissionsExt;
+    if !isolate("an_unenterable_cwd_is_reported_as_the_cwd") {
+        return;
+    }
+    let scratch = Scratch::world_writable("sv-cwd");
+    let closed = scratch.path().join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    // Root enters any directory: the supervisor then runs as nobody, for whom a 0700
+    // directory of root's is closed.
+    let (base, mode) = match is_root() {
+        true => (undertaker_as_nobody(), 0o700),
+        false => (undertaker(), 0o000),
+    };
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(mode)).unwrap();
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start_with(base, &state, "subreaper", &[]);
+    let line = serde_json::json!({"op": "spawn", "argv": ["true"], "cwd": closed});
+    let r = sup.request(&line.to_string());
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["error"]["code"], "spawn_failed", "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(closed.to_str().unwrap()),
+        "the message does not name the cwd: {r}"
+    );
+    assert_eq!(sup.close(), 0);
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+}
+
+/// `list` makes one /proc scan per request and reads each child's marker once, not
+/// once per tree: with 300 trees a debug build answered in 7.4 s at ae8a51c on a
+/// loaded machine, 0.23 s after. The bound is generous for such a machine.
+#[test]
+fn list_of_300_trees_scans_proc_once() {
+    if !isolate("list_of_300_trees_scans_proc_once") {
+        return;
+    }
+    let scratch = Scratch::new("sv-list300");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "auto");
+    let mut batch = String::new();
+    for i in 0..300 {
+        batch.push_str(&format!(
+            r#"{{"op":"spawn","id":{i},"argv":["sleep","1000"]}}"#
+        ));
+        batch.push('\n');
+    }
+    sup.send_raw(batch.as_bytes());
+    for _ in 0..300 {
+        assert_eq!(sup.reply()["ok"], true);
+    }
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let start = std::time::Instant::now();
+        let r = sup.request(r#"{"op":"list"}"#);
+        best = best.min(start.elapsed());
+        assert_eq!(r["trees"].as_array().map(Vec::len), Some(300), "{r}");
+    }
+    eprintln!("list of 300 trees: {best:?}");
+    // 3 s: a machine 4x slower than ours stays under it, the per-tree scan does not.
+    assert!(
+        best < Duration::from_secs(3),
+        "list of 300 trees took {best:?}"
+    );
+    assert_eq!(sup.close(), 0);
+    let left = survivors_after(Duration::from_secs(60));
+    assert!(left.is_empty(), "{} survivors", left.len());
+}
+
+/// `list` counts a tree of the cgroup tier through its cgroup while it is populated
+/// (no look at all of /proc): a member that scrubbed its environment (no marker) and a
+/// marked one count alike, with CMD.
+#[test]
+fn list_counts_a_cgroup_trees_members_through_its_cgroup() {
+    if !isolate("list_counts_a_cgroup_trees_members_through_its_cgroup") || !require_cgroup() {
+        return;
+    }
+    let scratch = Scratch::new("sv-list-cgroup");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "cgroup");
+    let d = scratch.path().display();
+    let script = format!(
+        "env -u UNDERTAKER_TREE sleep 1000 & a=$!; sleep 1000 & echo $a $! > {d}/p.tmp; \
+         mv {d}/p.tmp {d}/pids; wait"
+    );
+    let r =
+        sup.request(&serde_json::json!({"op": "spawn", "argv": ["sh", "-c", script]}).to_string());
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(wait_for_file(
+        &scratch.path().join("pids"),
+        Duration::from_secs(60)
+    ));
+    let pids = std::fs::read_to_string(scratch.path().join("pids")).unwrap();
+    // Both have exec'd sleep (mid-exec, a process is briefly neither).
+    assert!(wait_until(Duration::from_secs(60), || {
+        pids.split_whitespace().all(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x001000\x00")
+        })
+    }));
+    // Polled: the `mv` that wrote the file is in the cgroup until it has exited (a list
+    // then counted 4, under load).
+    let mut list = serde_json::Value::Null;
+    let three = wait_until(Duration::from_secs(60), || {
+        list = sup.request(r#"{"op":"list"}"#);
+        list["trees"][0]["live"] == 3
+    });
+    assert!(three, "{list}");
+    assert_eq!(sup.close(), 0);
+    assert_nothing_left();
+}
+
+/// `undertaker kill <tree>` of one tree a supervisor holds ends that tree only: the
+/// supervisor is asked (over its control socket), never signalled, and its other
+/// trees live on.
+#[test]
+fn killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees() {
+    if !isolate("killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees") {
+        return;
+    }
+    let scratch = Scratch::new("sv-kill-one");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "auto");
+    let spawn = |sup: &mut Supervisor| {
+        let r = sup.request(r#"{"op":"spawn","argv":["sh","-c","sleep 1000 & exec sleep 1000"]}"#);
+        assert_eq!(r["ok"], true, "{r}");
+        (
+            r["tree"].as_str().unwrap().to_owned(),
+            r["pid"].as_i64().unwrap() as i32,
+        )
+    };
+    let (killed, killed_pid) = spawn(&mut sup);
+    let (kept, kept_pid) = spawn(&mut sup);
+    let out = ut(&state, &["kill", &killed, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        json(&out)["left_alive"],
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(wait_until(Duration::from_secs(60), || !alive(killed_pid)));
+    assert!(survivors(&killed).is_empty());
+    assert!(alive(sup.pid()), "the supervisor was killed");
+    assert!(alive(kept_pid), "another tree of the supervisor was killed");
+    let r = sup.request(r#"{"op":"list"}"#);
+    let trees: Vec<&str> = (r["trees"].as_array().unwrap().iter())
+        .map(|t| t["tree"].as_str().unwrap())
+        .collect();
+    assert_eq!(trees, [kept.as_str()], "{r}");
+    assert_eq!(sup.close(), 0);
+    assert_nothing_left();
+}
+
+/// A released tree is the host's again: its record says released, `ps` never
+/// shows it orphaned, and neither `sweep` nor `kill` signals it, while its
+/// supervisor lives or after it is gone.
+#[test]
+fn a_released_tree_is_never_swept_killed_or_shown_orphaned() {
+    if !isolate("a_released_tree_is_never_swept_killed_or_shown_orphaned") {
+        return;
+    }
+    let scratch = Scratch::new("sv-released");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "auto");
+    let r = sup.request(r#"{"op":"spawn","argv":["sh","-c","sleep 1000 & exec sleep 1000"]}"#);
+    let tree = r["tree"].as_str().unwrap().to_owned();
+    let pid = r["pid"].as_i64().unwrap() as i32;
+    assert!(wait_until(Duration::from_secs(60), || survivors(&tree)
+        .len()
+        == 2));
+    let members = survivors(&tree);
+    let r = sup.request(&format!(r#"{{"op":"release","tree":"{tree}"}}"#));
+    assert_eq!(r["ok"], true, "{r}");
+    let check = |when: &str, members: &[i32]| {
+        let ps = json(&ut(&state, &["ps", "--json", "--all"]));
+        let row = (ps.as_array().unwrap().iter())
+            .find(|t| t["id"] == tree.as_str())
+            .cloned()
+            .unwrap_or_else(|| panic!("{when}: no row for {tree}: {ps}"));
+        assert_eq!(row["state"], "released", "{when}: {row}");
+        let ps = json(&ut(&state, &["ps", "--json"]));
+        assert!(
+            !ps.as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["id"] == tree.as_str()),
+            "{when}: a released tree is listed as guarded: {ps}"
+        );
+        let out = ut(&state, &["sweep", "--json", "--grace", "200ms"]);
+        assert!(
+            out.status.success(),
+            "{when}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = ut(&state, &["kill", &tree, "--json", "--grace", "200ms"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(members.iter().all(|&p| alive(p)), "{when}: {text}");
+    };
+    check("supervisor alive", &members);
+    assert_eq!(sup.close(), 0);
+    // The root itself dies with the supervisor (PDEATHSIG, docs/SUPERVISE.md), a moment
+    // after it (waited for: counted alive, it then died under the check below); what it
+    // started carries the marker and lives on, released.
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            reap_zombies();
+            !alive(pid)
+        }),
+        "the spawned root outlived its supervisor"
+    );
+    let members: Vec<i32> = members.into_iter().filter(|&p| p != pid).collect();
+    assert!(
+        !members.is_empty() && members.iter().all(|&p| alive(p)),
+        "the released tree's marked child died at the end"
+    );
+    check("supervisor gone", &members);
+    for p in members {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(p).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    assert_nothing_left();
 }

@@ -142,7 +142,7 @@ fn zoo_then_kill(
     let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
     let mut guardian = spawn_guarded_zoo(tier, owner.id() as i32, &dir, &state, as_nobody);
     assert!(
-        wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
+        wait_for_file(&dir.path().join("ready"), Duration::from_secs(60)),
         "zoo never became ready"
     );
     let tree = (!as_nobody).then(|| state.tree_id());
@@ -152,7 +152,7 @@ fn zoo_then_kill(
     match victim {
         Victim::Owner => {
             kill9(&mut owner);
-            let st = wait_child(&mut guardian, Duration::from_secs(30));
+            let st = wait_child(&mut guardian, Duration::from_secs(60));
             assert!(st.is_some(), "guardian did not finish after owner death");
         }
         Victim::Everything => {
@@ -161,11 +161,6 @@ fn zoo_then_kill(
         }
     }
     (state, tree)
-}
-
-fn assert_no_survivors() {
-    let left = survivors_after(Duration::from_secs(5));
-    assert!(left.is_empty(), "survivors: {left:#?}");
 }
 
 /// The pidns tier run as uid 65534 (skipped unless root can switch to it and user
@@ -185,7 +180,7 @@ fn pidns_as_nobody_leaves_no_survivor(test_name: &str, victim: Victim, name: &st
         return skip("user namespaces are not available to uid 65534 here");
     }
     zoo_then_kill("pidns", victim, true, name);
-    assert_no_survivors();
+    assert_nothing_left();
 }
 
 #[test]
@@ -194,7 +189,7 @@ fn cgroup_owner_kill9_leaves_no_survivor_and_no_cgroup() {
         return;
     }
     let (_state, tree) = zoo_then_kill("cgroup", Victim::Owner, false, "cg-owner");
-    assert_no_survivors();
+    assert_nothing_left();
     assert_eq!(tree_cgroups_of(&tree.unwrap()), Vec::<PathBuf>::new());
 }
 
@@ -223,7 +218,7 @@ fn cgroup_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_no_survivors();
+    assert_nothing_left();
     assert_eq!(tree_cgroups_of(&tree), Vec::<PathBuf>::new());
 }
 
@@ -233,7 +228,7 @@ fn pidns_owner_kill9_leaves_no_survivor() {
         return;
     }
     zoo_then_kill("pidns", Victim::Owner, false, "ns-owner");
-    assert_no_survivors();
+    assert_nothing_left();
 }
 
 #[test]
@@ -245,7 +240,7 @@ fn pidns_every_undertaker_process_kill9_leaves_no_survivor_without_sweep() {
     }
     zoo_then_kill("pidns", Victim::Everything, false, "ns-guardian");
     // No sweep: the kernel kills the namespace when its init dies.
-    assert_no_survivors();
+    assert_nothing_left();
 }
 
 #[test]
@@ -366,15 +361,15 @@ const SELF_KILLS: [SelfKill; 4] = [
 ];
 
 /// Guards the zoo under `tier` (grace 300 ms), kill -9s one of undertaker's own
-/// processes as `how` says, and requires the tree gone within grace + 1 s with no
-/// sweep, then no process and no cgroup left at all.
+/// processes as `how` says, and requires the tree gone with no sweep (within a bound
+/// only a tree left for a sweep exceeds), then no process and no cgroup left at all.
 fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
     let dir = Scratch::world_writable(&format!("self-kill-{tier}"));
     let state = ZooState::new(false);
     let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
     let mut wrapper = spawn_guarded_zoo(tier, owner.id() as i32, &dir, &state, false);
     assert!(
-        wait_for_file(&dir.path().join("ready"), Duration::from_secs(20)),
+        wait_for_file(&dir.path().join("ready"), Duration::from_secs(60)),
         "zoo never became ready"
     );
     let tree = state.tree_id();
@@ -408,7 +403,10 @@ fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
             rustix::process::kill_process_group(pid(gpid), rustix::process::Signal::KILL).unwrap();
         }
     }
-    let bound = Duration::from_millis(300) + Duration::from_secs(1);
+    // What this shows is that no sweep is needed: without the companion the tree
+    // would stay until one ran, and none runs here. So the bound only has to outwait
+    // a loaded machine (1.45 s was seen at load average 13 for a 300 ms grace).
+    let bound = Duration::from_secs(30);
     let keep = [owner.id() as i32, wpid];
     // Zombies do not count as alive; nothing is reaped here, the wrapper is waited for.
     let tree_left = || {
@@ -426,11 +424,11 @@ fn self_kill_tears_down_at_once(tier: &str, how: SelfKill) {
         tree_left()
     );
     if matches!(how, SelfKill::Guardian | SelfKill::GuardianGroup) {
-        let st = wait_child(&mut wrapper, Duration::from_secs(10));
+        let st = wait_child(&mut wrapper, Duration::from_secs(60));
         assert_eq!(st.and_then(|s| s.code()), Some(128 + 9), "{tier} {how:?}");
     }
     kill9(&mut owner);
-    assert_no_survivors();
+    assert_nothing_left();
     assert_eq!(tree_cgroups_of(&tree), Vec::<PathBuf>::new());
 }
 

@@ -14,6 +14,8 @@ mod procs;
 mod report;
 mod rng;
 mod scenarios;
+mod supervise;
+mod svhost;
 mod sys;
 mod trial;
 
@@ -41,7 +43,10 @@ struct Cli {
     json: bool,
     /// Run only these scenarios (repeatable): leader-reused, group-reused,
     /// check-to-signal, stale-registration, chaos-kill-owner, chaos-kill-wrapper,
-    /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both, chaos-kill-folder.
+    /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both, chaos-kill-folder,
+    /// and the supervise cells: sv-leader-reused, sv-group-reused, sv-check-to-signal,
+    /// sv-adopt-reused, sv-replayed-registration, sv-chaos-kill-supervisor,
+    /// sv-chaos-kill-host, sv-chaos-restart, and sv-snapshot-same-tick.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// The undertaker binary (default: `undertaker` next to this executable).
@@ -58,6 +63,7 @@ fn all_scenario_names() -> Vec<&'static str> {
         .map(|s| s.name())
         .chain(chaos::TARGETS.iter().map(|t| t.scenario_name()))
         .chain([fold::SCENARIO])
+        .chain(supervise::CELLS.iter().map(|c| c.name()))
         .collect()
 }
 
@@ -162,19 +168,23 @@ fn worker(cli: &Cli) -> Result<i32> {
         .filter(|t| selected(cli, t.scenario_name()))
         .collect();
     let fold_cell = selected(cli, fold::SCENARIO);
-    let cell_count =
-        reuse.len() * scenarios::STRATEGIES.len() + chaos_targets.len() + usize::from(fold_cell);
+    let sv_cells: Vec<_> = supervise::CELLS
+        .iter()
+        .filter(|c| selected(cli, c.name()))
+        .collect();
+    let cell_count = reuse.len() * scenarios::STRATEGIES.len()
+        + chaos_targets.len()
+        + usize::from(fold_cell)
+        + sv_cells.len();
     let per_cell = cli.trials.div_ceil(cell_count.max(1) as u32).max(1);
 
     let mut cells = Vec::new();
     for &&scenario in &reuse {
         for strategy in scenarios::STRATEGIES {
-            let mut cell = Cell::new(strategy.name(), scenario.name(), "reuse");
-            for _ in 0..per_cell {
-                let outcome = scenarios::run_trial(&mut ctx, strategy, scenario);
-                add(&mut cell, outcome);
-            }
-            cells.push(cell);
+            let cell = Cell::new(strategy.name(), scenario.name(), "reuse");
+            cells.push(run_cell(cell, per_cell, || {
+                scenarios::run_trial(&mut ctx, strategy, scenario)
+            }));
         }
     }
     for &&target in &chaos_targets {
@@ -183,26 +193,34 @@ fn worker(cli: &Cli) -> Result<i32> {
             cells.push(cell.not_run("sweep unavailable"));
             continue;
         }
-        let mut cell = cell;
-        for _ in 0..per_cell {
-            let outcome = chaos::run_trial(&mut ctx, target, &mut rng);
-            add(&mut cell, outcome);
-        }
-        cells.push(cell);
+        cells.push(run_cell(cell, per_cell, || {
+            chaos::run_trial(&mut ctx, target, &mut rng)
+        }));
     }
     if fold_cell {
         let cell = Cell::new("undertaker", fold::SCENARIO, "chaos");
         if ctx.state_dir.is_none() {
             cells.push(cell.not_run("no --state-dir"));
         } else {
-            let mut cell = cell;
             // Each trial is two trees and three commands: a fifth of the others'.
-            for _ in 0..per_cell.div_ceil(5) {
-                let outcome = fold::run_trial(&mut ctx, &mut rng);
-                add(&mut cell, outcome);
-            }
-            cells.push(cell);
+            cells.push(run_cell(cell, per_cell.div_ceil(5), || {
+                fold::run_trial(&mut ctx, &mut rng)
+            }));
         }
+    }
+    for &&sv in &sv_cells {
+        let cell = Cell::new(supervise::STRATEGY, sv.name(), sv.kind());
+        if ctx.state_dir.is_none() {
+            cells.push(cell.not_run("no --state-dir"));
+            continue;
+        }
+        if ctx.tier.as_deref() == Some("pidns") {
+            cells.push(cell.not_run("supervise refuses the pidns tier"));
+            continue;
+        }
+        cells.push(run_cell(cell, per_cell, || {
+            supervise::run_trial(&mut ctx, sv, &mut rng)
+        }));
     }
     for strategy in scenarios::STRATEGIES
         .iter()
@@ -219,7 +237,7 @@ fn worker(cli: &Cli) -> Result<i32> {
 
     let ok = !cells
         .iter()
-        .any(|c| c.strategy == "undertaker" && c.failed());
+        .any(|c| report::under_test(c.strategy) && c.failed());
     let report = Report {
         seed,
         trials_requested: cli.trials,
@@ -240,6 +258,18 @@ fn worker(cli: &Cli) -> Result<i32> {
         report::print_table(&report);
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// Runs `trials` trials into `cell`.
+fn run_cell(
+    mut cell: Cell,
+    trials: u32,
+    mut trial: impl FnMut() -> Result<trial::Outcome>,
+) -> Cell {
+    for _ in 0..trials {
+        add(&mut cell, trial());
+    }
+    cell
 }
 
 fn add(cell: &mut Cell, outcome: Result<trial::Outcome>) {

@@ -30,6 +30,7 @@ pub fn run(mode: &str, args: &[std::ffi::OsString]) -> ExitCode {
         "__decoy" => decoy(),
         "__decoy-group" => decoy_group(),
         "__owner" => sleep_forever(),
+        "__sv-host" => crate::svhost::host_main(&args),
         other => {
             eprintln!("undertaker-torture: unknown internal mode {other}");
             ExitCode::from(2)

@@ -344,7 +344,7 @@ pub fn forked_guardian(wrapper: &Child, patience: Duration) -> Option<OwnedFd> {
     }
 }
 
-fn parent_of(pid: i32) -> Option<i32> {
+pub fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 1..];
     after.split_whitespace().nth(1)?.parse().ok()

@@ -57,6 +57,12 @@ impl Cell {
     }
 }
 
+/// The strategies whose failures fail the run: undertaker's two ways of holding
+/// trees (`run`, and `supervise`); the baselines are measured, not judged.
+pub fn under_test(strategy: &str) -> bool {
+    matches!(strategy, "undertaker" | crate::supervise::STRATEGY)
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub seed: u64,
@@ -67,7 +73,8 @@ pub struct Report {
     pub undertaker: String,
     pub sweep_available: bool,
     pub cells: Vec<Cell>,
-    /// True when every `undertaker` cell that ran has no stranger hit and no survivor.
+    /// True when every `undertaker` and `supervise` cell that ran has no stranger hit,
+    /// no survivor and no error.
     pub ok: bool,
 }
 
@@ -85,7 +92,7 @@ pub fn print_table(r: &Report) {
         }
     );
     println!(
-        "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
+        "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
         "strategy",
         "scenario",
         "trials",
@@ -99,7 +106,7 @@ pub fn print_table(r: &Report) {
     for c in &r.cells {
         if !c.ran {
             println!(
-                "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+                "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
                 c.strategy,
                 c.scenario,
                 "-",
@@ -114,7 +121,7 @@ pub fn print_table(r: &Report) {
             continue;
         }
         println!(
-            "{:<13} {:<21} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+            "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
             c.strategy,
             c.scenario,
             c.trials,
@@ -130,7 +137,7 @@ pub fn print_table(r: &Report) {
     println!(
         "verdict: {}",
         if r.ok {
-            "undertaker: 0 strangers hit, 0 survivors in every cell that ran"
+            "undertaker (run and supervise): 0 strangers hit, 0 survivors in every cell that ran"
         } else {
             "FAIL: undertaker hit a stranger or left a survivor"
         }

@@ -20,6 +20,8 @@ pub struct Ctx {
     pub state_dir: Option<PathBuf>,
     pub sweep_available: bool,
     pub tier: Option<String>,
+    /// The harness's own scratch files (never inside the state dir).
+    pub scratch: PathBuf,
     nonce: String,
     counter: u64,
 }
@@ -48,8 +50,15 @@ impl Ctx {
             use std::os::unix::fs::DirBuilderExt;
             let _ = std::fs::DirBuilder::new().mode(0o700).create(dir);
         }
+        let scratch =
+            std::env::temp_dir().join(format!("undertaker-torture-{nonce}-{seed}-scratch"));
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&scratch);
+        }
         Ctx {
             exe,
+            scratch,
             undertaker,
             state_dir,
             sweep_available,
@@ -137,6 +146,7 @@ impl Ctx {
     }
 
     pub fn cleanup(&self) {
+        let _ = std::fs::remove_dir_all(&self.scratch);
         if let Some(dir) = &self.state_dir {
             let _ = std::fs::remove_dir_all(dir);
         }

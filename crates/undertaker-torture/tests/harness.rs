@@ -49,7 +49,7 @@ fn a_few_trials_report_no_stranger_and_no_survivor_for_undertaker() {
         return skip_or_fail("cannot create a private PID namespace (unshare failed)");
     }
     let out = Command::new(&harness)
-        .args(["--trials", "23", "--seed", "42", "--json"])
+        .args(["--trials", "34", "--seed", "42", "--json"])
         .output()
         .expect("run undertaker-torture");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -79,6 +79,30 @@ fn a_few_trials_report_no_stranger_and_no_survivor_for_undertaker() {
             );
         }
     }
+    // Both ways of holding trees are under test: `run` and `supervise`.
+    for scenario in [
+        "sv-leader-reused",
+        "sv-group-reused",
+        "sv-check-to-signal",
+        "sv-adopt-reused",
+        "sv-replayed-registration",
+        "sv-chaos-kill-supervisor",
+        "sv-chaos-kill-host",
+        "sv-chaos-restart",
+    ] {
+        let cell = cells
+            .iter()
+            .find(|c| c["strategy"] == "supervise" && c["scenario"] == scenario)
+            .unwrap_or_else(|| panic!("no supervise cell {scenario}"));
+        assert_eq!(cell["ran"], true, "{cell}");
+        assert!(cell["trials"].as_u64().unwrap() >= 1, "{cell}");
+        if cell["kind"] == "reuse" {
+            assert!(
+                cell["reuse_forced"].as_u64().unwrap() >= 1,
+                "no decoy ever got the number: {cell}"
+            );
+        }
+    }
     for cell in cells {
         for key in [
             "strategy",
@@ -96,7 +120,8 @@ fn a_few_trials_report_no_stranger_and_no_survivor_for_undertaker() {
         ] {
             assert!(cell.get(key).is_some(), "cell lacks {key}: {cell}");
         }
-        if cell["strategy"] == "undertaker" && cell["ran"] == true {
+        let under_test = cell["strategy"] == "undertaker" || cell["strategy"] == "supervise";
+        if under_test && cell["ran"] == true {
             assert_eq!(cell["strangers_hit"], 0, "{cell}");
             assert_eq!(cell["survivors"], 0, "{cell}");
             assert_eq!(cell["errors"], 0, "{cell}");

@@ -4,7 +4,7 @@
 
 use crate::registry::AuditEntry;
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
-use crate::{Error, RunError, RunOptions};
+use crate::{Error, RunError, RunOptions, SuperviseOptions};
 use std::path::Path;
 use std::time::Duration;
 
@@ -12,6 +12,8 @@ use std::time::Duration;
 use crate::linux::commands::{doctor as doctor_linux, guardian, reconcile};
 #[cfg(target_os = "linux")]
 use crate::selector::TreeSelector;
+#[cfg(windows)]
+use crate::windows::commands::reconcile as win;
 
 /// Longest label `run` and `supervise` accept, in bytes: labels are for people
 /// reading `ps`.
@@ -32,10 +34,12 @@ fn check_label(label: Option<&str>) -> Result<(), RunError> {
 /// signal mask, reaping, the fd limit) until the tree is gone; returns the status to
 /// exit with: CMD's own, or 128 + the signal that ended it.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
-    check_label(opts.label.as_deref())?;
+    check_label(opts.guard.label.as_deref())?;
     #[cfg(target_os = "linux")]
     return guardian::run(opts);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return crate::windows::commands::guardian::run(opts);
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = opts;
         Err(RunError::Unsupported)
@@ -45,11 +49,18 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
 /// Serves `undertaker supervise` on standard input and output, taking over the calling
 /// process like [`run`], until the input ends, the owner dies or SIGTERM; every tree
 /// is then torn down. Returns the status to exit with (0).
-pub fn supervise(opts: &crate::SuperviseOptions) -> Result<i32, RunError> {
-    check_label(opts.label.as_deref())?;
+pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
+    check_label(opts.guard.label.as_deref())?;
     #[cfg(target_os = "linux")]
     return crate::linux::commands::supervise::run(opts);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    {
+        let _ = opts;
+        Err(RunError::Setup(
+            "undertaker supervise is not available on Windows yet; `undertaker run` is (one Job Object per tree)".into(),
+        ))
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = opts;
         Err(RunError::Unsupported)
@@ -60,7 +71,9 @@ pub fn supervise(opts: &crate::SuperviseOptions) -> Result<i32, RunError> {
 pub fn ps(state_dir: Option<&Path>, all: bool) -> Result<Vec<PsRow>, Error> {
     #[cfg(target_os = "linux")]
     return Ok(reconcile::ps(&reconcile::Context::open(state_dir)?, all)?);
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return Ok(win::ps(&win::Context::open(state_dir)?, all)?);
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = (state_dir, all);
         Err(Error::Unsupported)
@@ -96,7 +109,13 @@ pub fn sweep(
             }
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    {
+        // Nothing to terminate: a dead guardian's job died with it.
+        let _ = grace;
+        Ok(win::sweep(&win::Context::open(state_dir)?, dry_run)?)
+    }
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = (state_dir, dry_run, grace);
         Err(Error::Unsupported)
@@ -112,7 +131,9 @@ pub fn kill(state_dir: Option<&Path>, tree: &str, grace: Duration) -> Result<Tre
         let (id, rec) = reconcile::resolve_tree(&ctx, &TreeSelector::parse(tree)?)?;
         Ok(reconcile::kill(&ctx, &id, rec.as_ref(), grace)?)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return win::kill(&win::Context::open(state_dir)?, tree, grace);
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = (state_dir, tree, grace);
         Err(Error::Unsupported)
@@ -133,7 +154,9 @@ pub fn log_page(
         let selector = tree.map(TreeSelector::parse).transpose()?;
         reconcile::log_page(&ctx, selector.as_ref(), before, limit)
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return win::log_page(&win::Context::open(state_dir)?, tree, before, limit);
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = (state_dir, tree, before, limit);
         Err(Error::Unsupported)
@@ -149,7 +172,9 @@ pub fn log(state_dir: Option<&Path>, tree: Option<&str>) -> Result<Vec<AuditEntr
         let selector = tree.map(TreeSelector::parse).transpose()?;
         reconcile::log(&ctx, selector.as_ref())
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return win::log(&win::Context::open(state_dir)?, tree);
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = (state_dir, tree);
         Err(Error::Unsupported)
@@ -162,7 +187,9 @@ pub fn log(state_dir: Option<&Path>, tree: Option<&str>) -> Result<Vec<AuditEntr
 pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {
     #[cfg(target_os = "linux")]
     return Ok(doctor_linux::run(state_dir));
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(windows)]
+    return Ok(crate::windows::commands::doctor::run(state_dir));
+    #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = state_dir;
         Err(Error::Unsupported)

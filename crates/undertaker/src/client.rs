@@ -7,6 +7,9 @@
 //! Plain threads and std only: a background thread reads replies and events, so
 //! [`GuardedChild::wait`] in one thread never blocks a request in another.
 
+use crate::protocol::wire::{
+    AdoptReply, HelloReply, KillReply, ListReply, ListedTree, RegisterReply, SpawnReply,
+};
 use crate::protocol::PROTOCOL_VERSION;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
@@ -129,7 +132,7 @@ struct Shared {
 pub struct Supervisor {
     shared: Arc<Shared>,
     child: Mutex<Child>,
-    tier: String,
+    hello: Option<HelloReply>,
 }
 
 impl Supervisor {
@@ -157,7 +160,7 @@ impl Supervisor {
         let mut sup = Self {
             shared,
             child: Mutex::new(child),
-            tier: String::new(),
+            hello: None,
         };
         // Dropped on failure: closing the socket ends the supervisor.
         let hello = sup.request(json!({"op": "hello"}), &[])?;
@@ -167,7 +170,7 @@ impl Supervisor {
                 hello["protocol"]
             )));
         }
-        sup.tier = hello["tier"].as_str().unwrap_or_default().to_owned();
+        sup.hello = Some(typed(hello)?);
         Ok(sup)
     }
 
@@ -178,7 +181,22 @@ impl Supervisor {
 
     /// The containment tier its trees get (`cgroup` or `subreaper`).
     pub fn tier(&self) -> &str {
-        &self.tier
+        match self.hello.as_ref().map(|h| h.tier) {
+            Some(crate::protocol::wire::HeldTier::Cgroup) => "cgroup",
+            Some(crate::protocol::wire::HeldTier::Subreaper) => "subreaper",
+            None => "",
+        }
+    }
+
+    /// Its `hello` reply: protocol, version, tier, pid, owner, channel kind.
+    pub fn hello(&self) -> Option<&HelloReply> {
+        self.hello.as_ref()
+    }
+
+    /// The trees it holds (`list`).
+    pub fn list(&self) -> io::Result<Vec<ListedTree>> {
+        let reply: ListReply = typed(self.request(json!({"op": "list"}), &[])?)?;
+        Ok(reply.trees)
     }
 
     /// Sends one request (an object; `id` is set here) with `fds` attached and waits
@@ -227,10 +245,10 @@ impl Supervisor {
         if let Some(dir) = cmd.get_current_dir() {
             request["cwd"] = json!(text(dir.as_os_str())?);
         }
-        let reply = self.request(request, &stdio)?;
+        let reply: SpawnReply = typed(self.request(request, &stdio)?)?;
         Ok(GuardedChild {
-            pid: reply["pid"].as_u64().unwrap_or(0) as u32,
-            tree: reply["tree"].as_str().unwrap_or_default().to_owned(),
+            pid: u32::try_from(reply.pid).unwrap_or(0),
+            tree: reply.tree,
             stdin: None,
             stdout: None,
             stderr: None,
@@ -241,27 +259,28 @@ impl Supervisor {
     /// `adopt`: a child of this process (and its descendants) becomes a tree. Returns
     /// the tree id.
     pub fn adopt(&self, pid: u32) -> io::Result<String> {
-        let reply = self.request(json!({"op": "adopt", "pid": pid}), &[])?;
-        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+        let reply: AdoptReply = typed(self.request(json!({"op": "adopt", "pid": pid}), &[])?)?;
+        Ok(reply.tree)
     }
 
     /// `adopt` with a pidfd: the process it names (and its descendants) becomes a tree;
     /// the pidfd is the proof of identity. Returns the tree id.
     pub fn adopt_pidfd(&self, pidfd: BorrowedFd<'_>) -> io::Result<String> {
-        let reply = self.request(json!({"op": "adopt"}), &[pidfd])?;
-        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+        let reply: AdoptReply = typed(self.request(json!({"op": "adopt"}), &[pidfd])?)?;
+        Ok(reply.tree)
     }
 
     /// `register`: a process group whose leader is a child of this process.
     pub fn register(&self, pgid: u32) -> io::Result<String> {
-        let reply = self.request(json!({"op": "register", "pgid": pgid}), &[])?;
-        Ok(reply["tree"].as_str().unwrap_or_default().to_owned())
+        let reply: RegisterReply =
+            typed(self.request(json!({"op": "register", "pgid": pgid}), &[])?)?;
+        Ok(reply.tree)
     }
 
     /// Tears one tree down now; returns how many of its processes are still alive.
     pub fn kill_tree(&self, tree: &str) -> io::Result<u64> {
-        let reply = self.request(json!({"op": "kill", "tree": tree}), &[])?;
-        Ok(reply["live"].as_u64().unwrap_or(0))
+        let reply: KillReply = typed(self.request(json!({"op": "kill", "tree": tree}), &[])?)?;
+        Ok(reply.live)
     }
 
     /// Stops guarding one tree; nothing is signalled.
@@ -377,6 +396,16 @@ fn send_request(shared: &Shared, mut request: Value, fds: &[BorrowedFd<'_>]) -> 
         _ => io::ErrorKind::Other,
     };
     Err(io::Error::new(kind, format!("{code}: {message}")))
+}
+
+/// A successful reply as its verb's type (docs/supervise.schema.json).
+fn typed<T: serde::de::DeserializeOwned>(reply: Value) -> io::Result<T> {
+    serde_json::from_value(reply).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a reply of undertaker supervise does not have its verb's shape: {e}"),
+        )
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> io::Result<std::sync::MutexGuard<'_, T>> {

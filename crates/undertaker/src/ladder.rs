@@ -16,7 +16,14 @@ pub struct SelfFacts {
     pub uid: u32,
     /// Parent first, up to init.
     pub ancestors: Vec<i32>,
+    /// The owner of the trees this process holds and the owner's ancestors, when the
+    /// owner is not our parent (`--owner PID`): protected like our own ancestors,
+    /// since a tree dies with its owner and an owner killed takes every tree with it.
+    pub owner_line: Vec<i32>,
     pub boot_id: String,
+    /// Process groups none of whose members is ever signalled besides our own: the
+    /// host's group a supervisor is told about (`supervise --parent-pgid`).
+    pub protected_groups: Vec<i32>,
 }
 
 /// What the target looks like right now, read after a pidfd to it was opened.
@@ -44,6 +51,10 @@ pub enum Refusal {
     OwnGroup { pgid: i32 },
     #[error("pid {pid} is an ancestor of undertaker")]
     Ancestor { pid: i32 },
+    #[error("pid {pid} is the owner of undertaker's trees, or an ancestor of it")]
+    Owner { pid: i32 },
+    #[error("pid {pid} is in group {pgid}, the host's own group")]
+    ProtectedGroup { pid: i32, pgid: i32 },
     #[error("pid {pid} belongs to uid {found}, not {ours}")]
     OtherUid { pid: i32, found: u32, ours: u32 },
     #[error("no live identity for pid {pid}")]
@@ -60,6 +71,8 @@ pub enum Refusal {
     NotOurs { pid: i32, why: String },
     #[error("group {pgid} has no pinned leader and no pidfd group signalling")]
     LeaderNotPinned { pgid: i32 },
+    #[error("group {pgid} is not proven by its snapshot ({why})")]
+    UnprovenGroup { pgid: i32, why: String },
 }
 
 impl Refusal {
@@ -70,6 +83,8 @@ impl Refusal {
             Refusal::OwnProcess { .. } => "own_process",
             Refusal::OwnGroup { .. } => "own_group",
             Refusal::Ancestor { .. } => "ancestor",
+            Refusal::Owner { .. } => "owner",
+            Refusal::ProtectedGroup { .. } => "protected_group",
             Refusal::OtherUid { .. } => "other_uid",
             Refusal::IdentityMissing { .. } => "identity_missing",
             Refusal::StarttimeMismatch { .. } => "starttime_mismatch",
@@ -78,6 +93,7 @@ impl Refusal {
             Refusal::OtherBoot { .. } => "other_boot",
             Refusal::NotOurs { .. } => "not_ours",
             Refusal::LeaderNotPinned { .. } => "leader_not_pinned",
+            Refusal::UnprovenGroup { .. } => "unproven_group",
         }
     }
 }
@@ -93,6 +109,9 @@ pub fn check_pid(me: &SelfFacts, pid: i32) -> Result<(), Refusal> {
     if me.ancestors.contains(&pid) {
         return Err(Refusal::Ancestor { pid });
     }
+    if me.owner_line.contains(&pid) {
+        return Err(Refusal::Owner { pid });
+    }
     Ok(())
 }
 
@@ -104,6 +123,12 @@ pub fn check_process(
     expected: Option<&Identity>,
 ) -> Result<(), Refusal> {
     check_pid(me, live.pid)?;
+    if me.protected_groups.contains(&live.pgid) {
+        return Err(Refusal::ProtectedGroup {
+            pid: live.pid,
+            pgid: live.pgid,
+        });
+    }
     if live.uid != me.uid {
         return Err(Refusal::OtherUid {
             pid: live.pid,
@@ -148,6 +173,12 @@ pub fn check_group(me: &SelfFacts, pgid: i32, leader: &LiveFacts) -> Result<(), 
     if pgid == me.pgrp {
         return Err(Refusal::OwnGroup { pgid });
     }
+    if me.protected_groups.contains(&pgid) {
+        return Err(Refusal::ProtectedGroup {
+            pid: leader.pid,
+            pgid,
+        });
+    }
     check_pid(me, pgid)?;
     check_process(me, leader, None)?;
     if leader.pgid != pgid || leader.pid != pgid {
@@ -169,7 +200,9 @@ mod tests {
             pgrp: 90,
             uid: 1000,
             ancestors: vec![80, 1],
+            owner_line: vec![70, 60],
             boot_id: "boot-a".into(),
+            protected_groups: vec![75],
         }
     }
 
@@ -210,6 +243,8 @@ mod tests {
             ("negative", live(-5), None, Some("invalid_pid")),
             ("self", live(100), None, Some("own_process")),
             ("parent", live(80), None, Some("ancestor")),
+            ("the owner", live(70), None, Some("owner")),
+            ("the owner's parent", live(60), None, Some("owner")),
             (
                 "other uid",
                 LiveFacts {
@@ -243,6 +278,15 @@ mod tests {
                 Some(other_boot),
                 Some("other_boot"),
             ),
+            (
+                "in the host's group",
+                LiveFacts {
+                    pgid: 75,
+                    ..live(200)
+                },
+                None,
+                Some("protected_group"),
+            ),
         ];
         for (name, l, e, want) in cases {
             let got = check_process(&m, &l, e.as_ref()).err().map(|r| r.code());
@@ -261,6 +305,16 @@ mod tests {
             ("pgid 1", 1, live(200), Some("invalid_pgid")),
             ("own group", 90, live(90), Some("own_group")),
             ("ancestor group", 80, live(80), Some("ancestor")),
+            ("owner's group", 70, live(70), Some("owner")),
+            (
+                "the host's group",
+                75,
+                LiveFacts {
+                    pgid: 75,
+                    ..live(75)
+                },
+                Some("protected_group"),
+            ),
             (
                 "not leader",
                 200,

@@ -2,30 +2,10 @@
 //! fields are documented in docs/CLI-JSON.md and docs/CLI-JSON-doctor.md; each set of
 //! cases is an enum whose serialized name is the documented string.
 
-use crate::registry::{OwnerKind, RecordedTier, StoredState};
+use crate::names::names;
+use crate::registry::{OwnerKind, RecordedTier, RegistryError, StoredState, TreeRecord};
 use crate::Tier;
 use serde::Serialize;
-
-/// Implements `as_str` and `Display` for a fieldless enum from one table of names,
-/// which must match its serde names.
-macro_rules! names {
-    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
-        impl $ty {
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $name),+
-                }
-            }
-        }
-
-        impl std::fmt::Display for $ty {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
-pub(crate) use names;
 
 /// A tree's state as `ps` shows it. `orphaned` is never stored: it is derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -35,6 +15,8 @@ pub enum TreeState {
     Orphaned,
     Reaping,
     Finished,
+    /// A supervisor stopped guarding the tree: its processes are the host's again.
+    Released,
 }
 
 names!(TreeState {
@@ -42,6 +24,7 @@ names!(TreeState {
     Orphaned => "orphaned",
     Reaping => "reaping",
     Finished => "finished",
+    Released => "released",
 });
 
 impl TreeState {
@@ -54,6 +37,8 @@ impl TreeState {
         live: usize,
     ) -> Self {
         match stored {
+            // Its supervisor let it go: nothing of it is guarded, nothing is orphaned.
+            StoredState::Released => TreeState::Released,
             // A finished tree with marked processes left means teardown left them stuck
             // or its guardian was killed after marking: they still need a sweep.
             StoredState::Finished if live == 0 || guardian_alive => TreeState::Finished,
@@ -85,6 +70,35 @@ pub struct PsRow {
     /// False for a tree known only from its lock file and marked processes (its
     /// record was lost, e.g. with a corrupt database).
     pub recorded: bool,
+}
+
+impl PsRow {
+    /// The row of a recorded tree: what is stored, with what was found alive now.
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    pub(crate) fn recorded(
+        r: &TreeRecord,
+        state: TreeState,
+        guardian_alive: bool,
+        live_processes: usize,
+        now_ms: i64,
+    ) -> Self {
+        PsRow {
+            id: r.id.clone(),
+            label: r.label.clone(),
+            tier: Some(r.tier),
+            state,
+            guardian_pid: Some(r.guardian.pid),
+            guardian_alive,
+            owner_kind: Some(r.owner.kind),
+            owner_pid: r.owner.pid,
+            root_pid: r.root.as_ref().map(|x| x.pid),
+            live_processes,
+            created_ms: Some(r.created_ms),
+            age_ms: Some(now_ms - r.created_ms),
+            exit_status: r.exit_status,
+            recorded: true,
+        }
+    }
 }
 
 /// What `sweep` or `kill` did to one tree.
@@ -119,8 +133,10 @@ names!(SweepAction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetOutcome {
-    /// Exited before SIGKILL was needed.
+    /// Had exited before any signal of ours reached it.
     Gone,
+    /// Received our SIGTERM and exited before SIGKILL was needed.
+    Terminated,
     /// Received SIGKILL and is gone.
     Killed,
     /// Still alive after the kill cap (e.g. uninterruptible sleep).
@@ -133,6 +149,7 @@ pub enum TargetOutcome {
 
 names!(TargetOutcome {
     Gone => "gone",
+    Terminated => "terminated",
     Killed => "killed",
     Stuck => "stuck",
     Refused => "refused",
@@ -230,6 +247,43 @@ pub struct StateDirCheck {
     pub detail: String,
 }
 
+impl StateDirCheck {
+    /// `doctor`'s verdict on the state directory `state_dir` resolves to, from the
+    /// unfinished trees its registry lists (or why it could not be read).
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    pub(crate) fn of(
+        state_dir: Option<&std::path::Path>,
+        unfinished: Result<Vec<TreeRecord>, RegistryError>,
+    ) -> Self {
+        let path = crate::registry::state_dir::resolve(state_dir)
+            .map(|(p, _)| p.display().to_string())
+            .unwrap_or_else(|_| "(none)".into());
+        match unfinished {
+            Ok(trees) => StateDirCheck {
+                path,
+                ok: true,
+                detail: format!("registry ok, {} unfinished tree(s)", trees.len()),
+            },
+            Err(e) => StateDirCheck {
+                path,
+                ok: false,
+                detail: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Where the cgroup tier puts tree cgroups here, and why (docs/TIERS.md, "Placement").
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupPlacement {
+    /// The directory tree cgroups are created in; `None` when the tier has no place.
+    pub path: Option<String>,
+    /// `asked`, `delegated`, `own` or `hierarchy_root`; `None` with no place.
+    pub kind: Option<&'static str>,
+    /// Why there, or why nowhere (one line).
+    pub reason: String,
+}
+
 /// What `undertaker doctor` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct DoctorReport {
@@ -238,6 +292,7 @@ pub struct DoctorReport {
     pub tiers: Vec<TierCheck>,
     /// What `--tier auto` picks.
     pub auto: Tier,
+    pub cgroup_placement: CgroupPlacement,
     pub state_dir: StateDirCheck,
 }
 
@@ -260,6 +315,7 @@ mod tests {
         }
         for o in [
             TargetOutcome::Gone,
+            TargetOutcome::Terminated,
             TargetOutcome::Killed,
             TargetOutcome::Stuck,
             TargetOutcome::Refused,
@@ -272,6 +328,7 @@ mod tests {
             TreeState::Orphaned,
             TreeState::Reaping,
             TreeState::Finished,
+            TreeState::Released,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

@@ -55,9 +55,9 @@ impl CommandWrapper for Guard {
             .id()
             .ok_or_else(|| io::Error::other("the child exited before it could be guarded"))?;
         // Our unreaped child: a pidfd opened now names it, and is the proof we pass.
-        let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| {
-            rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-        });
+        let pidfd = crate::linux::proof::pidref::PidRef::open(pid as i32)
+            .ok()
+            .map(crate::linux::proof::pidref::PidRef::into_fd);
         let adopted = match &pidfd {
             Some(fd) => self.supervisor.adopt_pidfd(rustix::fd::AsFd::as_fd(fd)),
             None => self.supervisor.adopt(pid),

@@ -83,6 +83,26 @@ pub fn spawn_guarded(state: &Path, label: &str, script: &str, env: &[(&str, &str
         .expect("spawn undertaker run")
 }
 
+/// `spawn_guarded`, then waits until CMD has created `ready` (the script's job) and the
+/// tree is recorded; returns the sentinel and the tree id.
+pub fn spawn_guarded_ready(
+    state: &Path,
+    label: &str,
+    script: &str,
+    ready: &Path,
+    env: &[(&str, &str)],
+) -> (Child, String) {
+    let child = spawn_guarded(state, label, script, env);
+    assert!(
+        super::procs::wait_for_file(ready, Duration::from_secs(60)),
+        "{label}: CMD never created {}",
+        ready.display()
+    );
+    let tree = find_tree(state, label, Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{label}: the tree was never recorded"));
+    (child, tree["id"].as_str().unwrap().to_owned())
+}
+
 /// Polls `ps --json --all` until a tree labelled `label` appears.
 pub fn find_tree(state: &Path, label: &str, limit: Duration) -> Option<serde_json::Value> {
     let end = Instant::now() + limit;
@@ -99,4 +119,59 @@ pub fn find_tree(state: &Path, label: &str, limit: Duration) -> Option<serde_jso
         std::thread::sleep(Duration::from_millis(50));
     }
     None
+}
+
+/// Waits for `cmd` with a bound; a run that hangs is killed and reported as `None`.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn undertaker");
+    // Drain both pipes on threads so a chatty child cannot block on a full pipe.
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut out, &mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut v);
+        v
+    });
+    let status = match super::procs::wait_child(&mut child, limit) {
+        Some(s) => s,
+        None => {
+            super::procs::kill9(&mut child);
+            return None;
+        }
+    };
+    Some(Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    })
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `undertaker --state-dir DIR ARGS…` with a bound on how long it may take.
+pub fn ut_within(state: &Path, args: &[&str], limit: Duration) -> Option<Output> {
+    output_within(
+        undertaker()
+            .arg("--state-dir")
+            .arg(state)
+            .args(args)
+            .env_remove("UNDERTAKER_STATE_DIR"),
+        limit,
+    )
+}
+
+pub fn assert_nothing_left() {
+    let left = super::procs::survivors_after(Duration::from_secs(60));
+    assert!(left.is_empty(), "survivors: {left:#?}");
 }

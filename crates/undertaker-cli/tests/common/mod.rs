@@ -6,9 +6,11 @@
 mod cli;
 mod pidns;
 mod procs;
+mod supervisor;
 mod zoo;
 
 pub use cli::*;
 pub use pidns::*;
 pub use procs::*;
+pub use supervisor::*;
 pub use zoo::*;

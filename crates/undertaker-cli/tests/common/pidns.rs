@@ -58,3 +58,26 @@ pub fn isolate(test_name: &str) -> bool {
     );
     false
 }
+
+/// Skips the test (false) unless the cgroup tier is available here.
+pub fn require_cgroup() -> bool {
+    match undertaker::testing::cgroup_tier_available() {
+        Ok(_) => true,
+        Err(why) => {
+            skip(&format!("cgroup tier unavailable: {why}"));
+            false
+        }
+    }
+}
+
+pub fn require_python() -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        skip("python3 not installed");
+    }
+    ok
+}

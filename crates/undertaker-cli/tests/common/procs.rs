@@ -128,6 +128,46 @@ pub fn survivors(tree: &str) -> Vec<i32> {
         .collect()
 }
 
+/// `sleep 1000` as uid/gid 65534 through setpriv (needs root), in a process group of
+/// its own when `own_group`; returned once it runs as that uid (until setpriv has
+/// switched, the process is still root's: a test that signals or sweeps it then would
+/// see a process of its own uid).
+pub fn sleep_as_nobody(own_group: bool) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["sleep", "1000"])
+        .stdin(std::process::Stdio::null());
+    if own_group {
+        cmd.process_group(0);
+    }
+    let child = cmd.spawn().expect("setpriv");
+    let switched = wait_until(Duration::from_secs(60), || {
+        std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Uid:\t65534")))
+    });
+    assert!(switched, "setpriv never ran sleep as uid 65534");
+    child
+}
+
+/// Waits until exactly `n` live processes carry `tree`'s marker and returns them. A
+/// count taken once, right after a tree started or lost a member, can be off: a
+/// process reads an empty environment while it execs (a fresh-clone CI run saw it),
+/// and a member on its way out still counts until it has exited.
+pub fn wait_for_members(tree: &str, n: usize) -> Vec<i32> {
+    let mut members = Vec::new();
+    let settled = wait_until(Duration::from_secs(60), || {
+        reap_zombies();
+        members = survivors(tree);
+        members.len() == n
+    });
+    assert!(
+        settled,
+        "tree {tree}: marked processes {members:?}, expected {n}"
+    );
+    members
+}
+
 /// Waits (generously, reaping as we go) for every other process of this namespace to
 /// be gone; returns those left with their stat line, empty when none.
 pub fn survivors_after(limit: Duration) -> Vec<(i32, String)> {
@@ -144,8 +184,14 @@ pub fn survivors_after(limit: Duration) -> Vec<(i32, String)> {
         .collect()
 }
 
-/// Reaps any zombie children of this process (we are PID 1 inside `isolate`).
+/// Reaps any zombie children of this process when it is PID 1 (inside `isolate`),
+/// where orphans are reparented to it. Anywhere else it does nothing: a wait for any
+/// child there would reap a child another test's thread is about to wait for (seen:
+/// `wait_with_output` failing with ECHILD in registry.rs).
 pub fn reap_zombies() {
+    if std::process::id() != 1 {
+        return;
+    }
     while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
 }
 
@@ -193,13 +239,13 @@ pub fn kill9_all(wrapper: &mut std::process::Child) {
     let wpid = wrapper.id() as i32;
     // The guardian may still be starting up; wait until it exists.
     let mut guardian = None;
-    wait_until(Duration::from_secs(10), || {
+    wait_until(Duration::from_secs(60), || {
         guardian = guardian_of(wrapper);
         guardian.is_some()
     });
     if let Some(g) = guardian {
         signal_child_of(wpid, g, Signal::KILL);
-        wait_until(Duration::from_secs(10), || !alive(g));
+        wait_until(Duration::from_secs(60), || !alive(g));
     }
     kill9(wrapper);
 }

@@ -105,7 +105,7 @@ pub fn spawn_decoy(scratch: &Scratch, name: &str) -> (Child, PathBuf) {
         .spawn()
         .unwrap();
     assert!(
-        wait_until(Duration::from_secs(10), || read_lines(&log)
+        wait_until(Duration::from_secs(60), || read_lines(&log)
             .contains(&"ready".to_string())),
         "decoy did not start"
     );
@@ -117,4 +117,35 @@ pub fn assert_decoy_untouched(decoy: &Child, log: &Path) {
     let pid = decoy.id();
     assert!(super::procs::alive(pid as i32), "decoy {pid} was killed");
     assert_eq!(read_lines(log), ["ready"], "decoy {pid} got signals");
+}
+
+/// Leaves a subreaper tree labelled `dead` orphaned in `state`: its guardian and
+/// sentinel are killed, its two sleepers (one `setsid`) live on.
+pub fn orphan_a_subreaper_tree(state: &Path, ready: &Path) {
+    let mut dead = super::cli::undertaker()
+        .arg("--state-dir")
+        .arg(state)
+        .args([
+            "run",
+            "--tier",
+            "subreaper",
+            "--label",
+            "dead",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "sleep 1000 & setsid sleep 1000 & echo > {}; wait",
+            ready.display()
+        ))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(super::procs::wait_for_file(ready, Duration::from_secs(60)));
+    super::procs::kill9_all(&mut dead);
+    assert!(wait_until(Duration::from_secs(60), || {
+        super::procs::reap_zombies();
+        super::procs::live_processes_except_self().len() == 2
+    }));
 }

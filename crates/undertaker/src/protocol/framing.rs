@@ -59,6 +59,11 @@ impl LineFramer {
         self.buf.len()
     }
 
+    /// True while the rest of an oversized line is being thrown away.
+    pub fn discarding(&self) -> bool {
+        self.discarding
+    }
+
     /// True when nothing of an unfinished line is held or being skipped.
     pub fn at_line_start(&self) -> bool {
         self.buf.is_empty() && !self.discarding

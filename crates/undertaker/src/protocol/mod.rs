@@ -8,8 +8,15 @@
 pub mod framing;
 mod parse;
 pub mod reply;
+#[cfg(feature = "schema")]
+pub mod schema;
+pub mod wire;
 
 pub use parse::parse_line;
+
+#[cfg(feature = "schema")]
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use std::fmt;
 
@@ -20,7 +27,9 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const MAX_LINE: usize = 64 * 1024;
 
 /// The verbs of the protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     Register,
     Unregister,
@@ -46,19 +55,20 @@ impl Op {
         }
     }
 
+    /// Every verb, in the order docs/SUPERVISE.md lists them.
+    pub const ALL: [Op; 8] = [
+        Op::Register,
+        Op::Unregister,
+        Op::Hello,
+        Op::Spawn,
+        Op::Adopt,
+        Op::Kill,
+        Op::Release,
+        Op::List,
+    ];
+
     fn from_name(name: &str) -> Option<Self> {
-        [
-            Op::Register,
-            Op::Unregister,
-            Op::Hello,
-            Op::Spawn,
-            Op::Adopt,
-            Op::Kill,
-            Op::Release,
-            Op::List,
-        ]
-        .into_iter()
-        .find(|op| op.as_str() == name)
+        Self::ALL.into_iter().find(|op| op.as_str() == name)
     }
 }
 
@@ -70,37 +80,77 @@ impl fmt::Display for Op {
 
 /// What a `spawn` asks for; stdio travels beside the line (file descriptors), not in it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
 pub struct SpawnRequest {
-    /// Non-empty; no element contains NUL.
+    /// The command and its arguments; `argv[0]` is looked up in `PATH`. No NUL bytes.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
     pub argv: Vec<String>,
     /// Set on top of the inherited environment (or an empty one with `env_clear`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "Option<std::collections::BTreeMap<String, String>>")
+    )]
     pub env: Vec<(String, String)>,
+    #[cfg_attr(feature = "schema", schemars(with = "Option<bool>"))]
     pub env_clear: bool,
+    /// Working directory (default: the supervisor's).
     pub cwd: Option<String>,
+    /// At most 256 bytes (default: `--label`).
+    #[cfg_attr(feature = "schema", schemars(length(max = 256)))]
     pub label: Option<String>,
 }
 
-/// One parsed request line.
+/// One parsed request line. Every JSON request may also carry `"id"` (any JSON value),
+/// echoed in its reply; `register`/`unregister` may also be plain lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(tag = "op", rename_all = "snake_case"))]
 pub enum Request {
+    /// A process group whose leader is a child of the owner becomes a tree.
     Register {
+        #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
         pgid: i32,
     },
+    /// Stop guarding the newest registration of that group; nothing is signalled.
     Unregister {
+        #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
         pgid: i32,
     },
+    /// Who answers, and how.
     Hello,
+    /// Start a command as a new tree.
     Spawn(SpawnRequest),
-    /// `pid` may be absent only when a pidfd comes with the line.
+    /// A process and its descendants become a tree. `pid` may be absent only when a
+    /// pidfd comes with the line.
     Adopt {
+        #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
         pid: Option<i32>,
     },
+    /// `adopt` of a whole group proven by the host's snapshot (pi-crew records leader
+    /// pid and start time at spawn): `{"op":"adopt","pgid":N,"snapshot":[…]}`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(rename = "adopt", title = "AdoptGroupRequest")
+    )]
+    AdoptGroup {
+        #[cfg_attr(feature = "schema", schemars(range(min = 2)))]
+        pgid: i32,
+        /// Processes recorded while the group was known to be the host's; one alive
+        /// with its start time and still in the group proves it.
+        #[cfg_attr(feature = "schema", schemars(length(min = 1, max = 1024)))]
+        snapshot: Vec<crate::snapshot::SnapshotEntry>,
+    },
+    /// Tear one tree down now.
     Kill {
+        #[cfg_attr(feature = "schema", schemars(with = "String"))]
         tree: crate::identity::TreeId,
     },
+    /// Stop guarding one tree; nothing is signalled.
     Release {
+        #[cfg_attr(feature = "schema", schemars(with = "String"))]
         tree: crate::identity::TreeId,
     },
+    /// The trees held.
     List,
 }
 
@@ -111,7 +161,7 @@ impl Request {
             Request::Unregister { .. } => Op::Unregister,
             Request::Hello => Op::Hello,
             Request::Spawn(_) => Op::Spawn,
-            Request::Adopt { .. } => Op::Adopt,
+            Request::Adopt { .. } | Request::AdoptGroup { .. } => Op::Adopt,
             Request::Kill { .. } => Op::Kill,
             Request::Release { .. } => Op::Release,
             Request::List => Op::List,
@@ -127,7 +177,9 @@ pub struct Envelope {
 }
 
 /// The `code` of an error reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum ErrorCode {
     LineTooLong,
     BadJson,
@@ -165,7 +217,9 @@ impl ErrorCode {
 }
 
 /// Why a `register` or `adopt` could not be proven (`error.reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum RefusalReason {
     NoSuchProcess,
     NotGroupLeader,
@@ -173,6 +227,7 @@ pub enum RefusalReason {
     OtherUid,
     Protected,
     AlreadyGuarded,
+    UnprovenGroup,
 }
 
 impl RefusalReason {
@@ -184,6 +239,7 @@ impl RefusalReason {
             RefusalReason::OtherUid => "other_uid",
             RefusalReason::Protected => "protected",
             RefusalReason::AlreadyGuarded => "already_guarded",
+            RefusalReason::UnprovenGroup => "unproven_group",
         }
     }
 }

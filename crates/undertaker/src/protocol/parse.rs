@@ -96,6 +96,7 @@ fn json(line: &[u8]) -> Result<Envelope, ProtocolError> {
         Op::Hello => Ok(Request::Hello),
         Op::List => Ok(Request::List),
         Op::Spawn => spawn(&fields).map(Request::Spawn),
+        Op::Adopt if object.contains_key("snapshot") => adopt_group(&fields),
         Op::Adopt => fields.optional_pid("pid").map(|pid| Request::Adopt { pid }),
         Op::Kill => fields.tree().map(|tree| Request::Kill { tree }),
         Op::Release => fields.tree().map(|tree| Request::Release { tree }),
@@ -108,6 +109,53 @@ fn json(line: &[u8]) -> Result<Envelope, ProtocolError> {
             Err(e.answering(op, id, pgid))
         }
     }
+}
+
+/// `{"op":"adopt","pgid":N,"snapshot":[{"pid":P,"start_time":T}, …]}`.
+fn adopt_group(fields: &Fields) -> Result<Request, ProtocolError> {
+    use crate::snapshot::{SnapshotEntry, MAX_ENTRIES};
+    let pgid = fields.pid("pgid")?;
+    if fields.0.contains_key("pid") {
+        return Err(bad("\"pid\" and \"snapshot\" exclude each other"));
+    }
+    let items = match fields.0.get("snapshot") {
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(Value::Array(_)) => return Err(bad("\"snapshot\" must not be empty")),
+        Some(other) => {
+            return Err(bad(format!(
+                "\"snapshot\" must be an array of objects, got {}",
+                kind(other)
+            )))
+        }
+        None => return Err(bad("missing \"snapshot\"")),
+    };
+    if items.len() > MAX_ENTRIES {
+        return Err(bad(format!(
+            "\"snapshot\" has more than {MAX_ENTRIES} entries"
+        )));
+    }
+    let snapshot = items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let Value::Object(entry) = item else {
+                return Err(bad(format!("snapshot[{i}] must be an object")));
+            };
+            let entry = Fields(entry);
+            let pid = entry.pid("pid")?;
+            let start_time = entry
+                .0
+                .get("start_time")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "snapshot[{i}].start_time must be a non-negative integer"
+                    ))
+                })?;
+            Ok(SnapshotEntry { pid, start_time })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Request::AdoptGroup { pgid, snapshot })
 }
 
 fn spawn(fields: &Fields) -> Result<SpawnRequest, ProtocolError> {
@@ -154,12 +202,20 @@ fn spawn(fields: &Fields) -> Result<SpawnRequest, ProtocolError> {
             )))
         }
     };
+    let label = fields.optional_text("label")?;
+    if let Some(label) = label.as_ref().filter(|l| l.len() > crate::MAX_LABEL) {
+        return Err(bad(format!(
+            "\"label\" is {} bytes long; at most {} are allowed",
+            label.len(),
+            crate::MAX_LABEL
+        )));
+    }
     Ok(SpawnRequest {
         argv,
         env,
         env_clear,
         cwd: fields.optional_text("cwd")?,
-        label: fields.optional_text("label")?,
+        label,
     })
 }
 

@@ -99,6 +99,75 @@ fn json_requests_parse_with_their_id() {
 }
 
 #[test]
+fn adopt_with_a_snapshot_parses_and_its_bad_shapes_are_typed() {
+    use crate::snapshot::{SnapshotEntry, MAX_ENTRIES};
+    assert_eq!(
+        request(
+            r#"{"op":"adopt","pgid":40,"snapshot":[{"pid":40,"start_time":7},{"pid":41,"start_time":0}]}"#
+        ),
+        Request::AdoptGroup {
+            pgid: 40,
+            snapshot: vec![
+                SnapshotEntry {
+                    pid: 40,
+                    start_time: 7
+                },
+                SnapshotEntry {
+                    pid: 41,
+                    start_time: 0
+                },
+            ],
+        }
+    );
+    let too_many = format!(
+        r#"{{"op":"adopt","pgid":40,"snapshot":[{}]}}"#,
+        vec![r#"{"pid":40,"start_time":7}"#; MAX_ENTRIES + 1].join(",")
+    );
+    let cases: Vec<(String, ErrorCode)> = vec![
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":[]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","snapshot":[{"pid":40,"start_time":7}]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","pgid":0,"snapshot":[{"pid":40,"start_time":7}]}"#.into(),
+            ErrorCode::BadPid,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"pid":40,"snapshot":[{"pid":40,"start_time":7}]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":{"pid":40}}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":[7]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":[{"pid":-1,"start_time":7}]}"#.into(),
+            ErrorCode::BadPid,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":[{"pid":40}]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (
+            r#"{"op":"adopt","pgid":40,"snapshot":[{"pid":40,"start_time":-7}]}"#.into(),
+            ErrorCode::BadRequest,
+        ),
+        (too_many, ErrorCode::BadRequest),
+    ];
+    for (line, want) in cases {
+        assert_eq!(code(&line), want, "{line}");
+    }
+}
+
+#[test]
 fn spawn_carries_argv_env_cwd_label() {
     let r = request(
         r#"{"op":"spawn","argv":["sh","-c","x"],"env":{"A":"1","B":""},"env_clear":true,"cwd":"/tmp","label":"l"}"#,
@@ -120,6 +189,18 @@ fn spawn_carries_argv_env_cwd_label() {
             ..SpawnRequest::default()
         })
     );
+}
+
+#[test]
+fn a_spawn_label_is_held_to_the_bound_of_label() {
+    let line =
+        |n: usize| json!({"op": "spawn", "argv": ["true"], "label": "é".repeat(n)}).to_string();
+    // "é" is two bytes: the bound counts bytes, as `--label` does.
+    let at_bound = crate::MAX_LABEL / 2;
+    assert!(matches!(request(&line(at_bound)), Request::Spawn(_)));
+    let err = parse(&line(at_bound + 1)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::BadRequest, "{err:?}");
+    assert!(err.message.contains("label"), "{err:?}");
 }
 
 #[test]
@@ -272,5 +353,44 @@ proptest! {
         prop_assert_eq!(code(&format!(r#"{{"op":"adopt","pid":{n}}}"#)), ErrorCode::BadPid);
         let plain = parse(&format!("register {n}")).unwrap_err().code;
         prop_assert_eq!(plain, ErrorCode::BadPid);
+    }
+}
+
+#[test]
+fn wire_names_are_the_names_the_replies_use() {
+    // The schema's names (serde) and the replies' (as_str) are one set of names.
+    let name = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+    for op in Op::ALL {
+        assert_eq!(name(serde_json::to_value(op).unwrap()), op.as_str());
+    }
+    let codes = [
+        ErrorCode::LineTooLong,
+        ErrorCode::BadJson,
+        ErrorCode::NotObject,
+        ErrorCode::UnknownOp,
+        ErrorCode::BadRequest,
+        ErrorCode::BadPid,
+        ErrorCode::BadFds,
+        ErrorCode::Refused,
+        ErrorCode::NotRegistered,
+        ErrorCode::UnknownTree,
+        ErrorCode::NotFound,
+        ErrorCode::NotExecutable,
+        ErrorCode::SpawnFailed,
+    ];
+    for code in codes {
+        assert_eq!(name(serde_json::to_value(code).unwrap()), code.as_str());
+    }
+    let reasons = [
+        RefusalReason::NoSuchProcess,
+        RefusalReason::NotGroupLeader,
+        RefusalReason::NotOwnerChild,
+        RefusalReason::OtherUid,
+        RefusalReason::Protected,
+        RefusalReason::AlreadyGuarded,
+        RefusalReason::UnprovenGroup,
+    ];
+    for reason in reasons {
+        assert_eq!(name(serde_json::to_value(reason).unwrap()), reason.as_str());
     }
 }

@@ -9,7 +9,7 @@
 //! row is replaced by the same row and every entry carries its line number, which the
 //! database keeps unique per tree.
 
-use super::lock::FileLock;
+use super::lock::{FileLock, Probe};
 use super::record_file::{self, ReadRecord};
 use super::{insert_audit_row, insert_tree_row, retry, Registry, RegistryError, StateDir};
 
@@ -31,11 +31,18 @@ impl Registry {
     /// another boot is removed unfolded: its processes are gone, and the database
     /// keeps only this boot's trees.
     pub fn fold(&self, dir: &StateDir, boot_id: &str) -> Vec<ReadRecord> {
+        self.fold_at_most(dir, boot_id, usize::MAX)
+    }
+
+    /// [`Registry::fold`] of the first `limit` record files of the directory only (a
+    /// self-healing round's share: bounded work, however many runs finished).
+    pub fn fold_at_most(&self, dir: &StateDir, boot_id: &str, limit: usize) -> Vec<ReadRecord> {
         let mut live = Vec::new();
-        for (_, path) in record_file::list(dir) {
-            match FileLock::try_acquire(&path) {
-                Ok(None) => live.extend(record_file::read(&path)),
-                Ok(Some(lock)) => {
+        for (_, path) in record_file::list_at_most(dir, limit) {
+            match FileLock::probe(&path) {
+                Ok(Probe::Held(file)) => live.extend(record_file::read_open(file, &path)),
+                Ok(Probe::Replaced) => live.extend(record_file::read(&path)),
+                Ok(Probe::Free(lock)) => {
                     if let Err(e) = self.fold_locked(lock, boot_id) {
                         tracing::warn!("folding {}: {e}", path.display());
                     }
@@ -64,8 +71,12 @@ impl Registry {
             msg: e.to_string(),
         })?;
         // A file with no readable record says nothing the markers do not: keep it for
-        // a human rather than guess.
-        let Some(read) = record_file::parse(&bytes) else {
+        // a human rather than guess. One whose record is of another tree than its name
+        // says (a planted hard link or copy) is not a record at all: its name goes.
+        let Some(read) = record_file::parse_at(&bytes, lock.path()) else {
+            if record_file::parse(&bytes).is_some() {
+                lock.remove();
+            }
             return Ok(());
         };
         if read.tree.boot_id == boot_id {

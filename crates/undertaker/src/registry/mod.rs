@@ -6,14 +6,18 @@
 
 mod fold;
 pub mod lock;
+mod open;
 pub mod record_file;
+mod rows;
 pub mod state_dir;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use open::Recovered;
+use rows::{audit_row, insert_audit_row, insert_tree_row, row_to_tree};
 pub use state_dir::{Origin, StateDir};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +39,9 @@ pub enum StoredState {
     Running,
     Reaping,
     Finished,
+    /// A supervisor stopped guarding the tree (`release`, `unregister`): its
+    /// processes are the host's again, never a candidate for `sweep` or `kill`.
+    Released,
 }
 
 impl StoredState {
@@ -43,6 +50,7 @@ impl StoredState {
             StoredState::Running => "running",
             StoredState::Reaping => "reaping",
             StoredState::Finished => "finished",
+            StoredState::Released => "released",
         }
     }
 
@@ -50,6 +58,7 @@ impl StoredState {
         match s {
             "running" => StoredState::Running,
             "reaping" => StoredState::Reaping,
+            "released" => StoredState::Released,
             _ => StoredState::Finished,
         }
     }
@@ -88,7 +97,7 @@ pub enum OwnerKind {
     Unknown,
 }
 
-crate::report::names!(OwnerKind {
+crate::names::names!(OwnerKind {
     Parent => "parent",
     Pid => "pid",
     Fd => "fd",
@@ -115,14 +124,17 @@ pub enum RecordedTier {
     Cgroup,
     Pidns,
     Subreaper,
+    /// A Windows Job Object with kill-on-close.
+    Job,
     /// Not recorded (a tree known only from its lock file).
     Unknown,
 }
 
-crate::report::names!(RecordedTier {
+crate::names::names!(RecordedTier {
     Cgroup => "cgroup",
     Pidns => "pidns",
     Subreaper => "subreaper",
+    Job => "job",
     Unknown => "unknown",
 });
 
@@ -132,6 +144,7 @@ impl RecordedTier {
             "cgroup" => RecordedTier::Cgroup,
             "pidns" => RecordedTier::Pidns,
             "subreaper" => RecordedTier::Subreaper,
+            "job" => RecordedTier::Job,
             _ => RecordedTier::Unknown,
         }
     }
@@ -174,6 +187,37 @@ pub struct TreeRecord {
     pub exit_status: Option<i32>,
 }
 
+impl TreeRecord {
+    /// A tree as its guardian records it before anything is started: running, no
+    /// root yet (the same on every platform).
+    pub fn starting(
+        id: String,
+        boot_id: String,
+        label: Option<String>,
+        tier: RecordedTier,
+        guardian: GuardianRecord,
+        owner: OwnerRecord,
+    ) -> Self {
+        let now = now_ms();
+        TreeRecord {
+            id,
+            boot_id,
+            label,
+            tier,
+            state: StoredState::Running,
+            guardian,
+            root: None,
+            owner,
+            cgroup_path: None,
+            cgroup_id: None,
+            created_ms: now,
+            updated_ms: now,
+            finished_ms: None,
+            exit_status: None,
+        }
+    }
+}
+
 /// One audit log line: a signal sent, a refusal, or a note.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -196,86 +240,12 @@ pub struct AuditEntry {
     pub message: Option<String>,
 }
 
-/// Longest wait for another process's recovery of a corrupt database (moving a file
-/// aside and creating a fresh one takes milliseconds, even for a crowd).
-const RECOVERY_WAIT: Duration = Duration::from_secs(5);
-
-/// A corrupt database that was moved aside on open.
-#[derive(Debug, Clone)]
-pub struct Recovered {
-    pub file: PathBuf,
-    pub moved_to: PathBuf,
-    pub why: String,
-}
-
-impl std::fmt::Display for Recovered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "registry {} is corrupt ({}); moved it to {} and started a fresh registry",
-            self.file.display(),
-            self.why,
-            self.moved_to.display()
-        )
-    }
-}
-
 pub struct Registry {
     conn: Connection,
     path: PathBuf,
     /// Set when this open found the database corrupt and replaced it.
     pub recovered: Option<Recovered>,
 }
-
-/// Schema steps; `user_version` = number of steps applied.
-const MIGRATIONS: &[&str] = &[
-    r#"
-CREATE TABLE trees (
-    id TEXT PRIMARY KEY,
-    boot_id TEXT NOT NULL,
-    label TEXT,
-    tier TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('running', 'reaping', 'finished')),
-    guardian_pid INTEGER NOT NULL,
-    guardian_starttime INTEGER NOT NULL,
-    guardian_pgid INTEGER NOT NULL,
-    guardian_pidfs_inode INTEGER,
-    root_pid INTEGER,
-    root_starttime INTEGER,
-    root_pgid INTEGER,
-    root_sid INTEGER,
-    root_uid INTEGER,
-    owner_kind TEXT NOT NULL,
-    owner_pid INTEGER,
-    owner_starttime INTEGER,
-    cgroup_path TEXT,
-    cgroup_id INTEGER,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    finished_ms INTEGER,
-    exit_status INTEGER
-);
-CREATE TABLE audit (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    time_ms INTEGER NOT NULL,
-    tree_id TEXT,
-    actor TEXT NOT NULL,
-    event TEXT NOT NULL,
-    target_pid INTEGER,
-    target_starttime INTEGER,
-    signal TEXT,
-    proof TEXT,
-    outcome TEXT,
-    refusal_code TEXT,
-    message TEXT
-);
-CREATE INDEX audit_by_tree ON audit (tree_id, id);
-"#,
-    r#"
-ALTER TABLE audit ADD COLUMN seq INTEGER;
-CREATE UNIQUE INDEX audit_by_tree_seq ON audit (tree_id, seq);
-"#,
-];
 
 /// How long a writer keeps retrying a busy database before giving up. Far above any
 /// real contention: 100 guardians each write a handful of short rows.
@@ -292,13 +262,6 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-    )
-}
-
-fn is_corrupt(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
     )
 }
 
@@ -324,170 +287,7 @@ fn retry<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     }
 }
 
-/// The first problem `PRAGMA quick_check` reports, and how many more: its full
-/// output is one line per damaged cell, and an error message is one line.
-fn quick_check_summary(check: &str) -> String {
-    let mut problems = check
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("***"));
-    let first = problems.next().unwrap_or("damaged");
-    match problems.count() {
-        0 => format!("quick_check: {first}"),
-        more => format!("quick_check: {first}, and {more} more problem(s)"),
-    }
-}
-
-enum OpenFailure {
-    Corrupt(String),
-    Other(rusqlite::Error),
-}
-
 impl Registry {
-    /// Opens (creating if needed) the registry in `dir`, purges records of other boots,
-    /// and replaces a corrupt database with a fresh one (see [`Registry::recovered`]).
-    pub fn open(dir: &StateDir, boot_id: &str) -> Result<Self, RegistryError> {
-        Self::open_checked(dir, boot_id, true)
-    }
-
-    fn open_checked(dir: &StateDir, boot_id: &str, check: bool) -> Result<Self, RegistryError> {
-        let path = dir.db_path();
-        let db_err = |e: rusqlite::Error| RegistryError::Db {
-            path: path.clone(),
-            msg: e.to_string(),
-        };
-        match Self::try_open(&path, boot_id, check) {
-            Ok(reg) => return Ok(reg),
-            Err(OpenFailure::Other(e)) => return Err(db_err(e)),
-            Err(OpenFailure::Corrupt(_)) => {}
-        }
-        // Corrupt. Only one process may move the file aside, and it must re-check under
-        // the lock: another one may already have replaced it with a fresh database.
-        // Bounded: a holder that is stopped or stuck must not hold up a guardian's
-        // CMD (which then runs unrecorded) or a sweep (which then sweeps tree cgroups).
-        let lock_path = dir.recovery_lock_path();
-        let _guard = lock::FileLock::acquire_within(&lock_path, RECOVERY_WAIT)
-            .map_err(|e| RegistryError::Io {
-                path: lock_path.clone(),
-                msg: e.to_string(),
-            })?
-            .ok_or_else(|| RegistryError::Db {
-                path: path.clone(),
-                msg: format!(
-                    "corrupt, and another process has been recovering it for over {} s ({} is locked)",
-                    RECOVERY_WAIT.as_secs(),
-                    lock_path.display()
-                ),
-            })?;
-        let why = match Self::try_open(&path, boot_id, true) {
-            Ok(reg) => return Ok(reg),
-            Err(OpenFailure::Other(e)) => return Err(db_err(e)),
-            Err(OpenFailure::Corrupt(why)) => why,
-        };
-        let moved_to = PathBuf::from(format!("{}.corrupt-{}", path.display(), now_ms()));
-        std::fs::rename(&path, &moved_to).map_err(|e| RegistryError::Io {
-            path: path.clone(),
-            msg: format!("moving corrupt registry aside: {e}"),
-        })?;
-        for suffix in ["-wal", "-shm"] {
-            let side = PathBuf::from(format!("{}{suffix}", path.display()));
-            let _ = std::fs::rename(&side, format!("{}{suffix}", moved_to.display()));
-        }
-        let mut reg = match Self::try_open(&path, boot_id, true) {
-            Ok(reg) => reg,
-            Err(OpenFailure::Other(e)) => return Err(db_err(e)),
-            Err(OpenFailure::Corrupt(why)) => {
-                return Err(RegistryError::Db {
-                    path: path.clone(),
-                    msg: format!("fresh registry is corrupt too: {why}"),
-                })
-            }
-        };
-        reg.recovered = Some(Recovered {
-            file: path,
-            moved_to,
-            why,
-        });
-        Ok(reg)
-    }
-
-    fn try_open(path: &Path, boot_id: &str, check: bool) -> Result<Self, OpenFailure> {
-        let classify = |e: rusqlite::Error| {
-            if is_corrupt(&e) {
-                OpenFailure::Corrupt(e.to_string())
-            } else {
-                OpenFailure::Other(e)
-            }
-        };
-        let conn = Connection::open(path).map_err(classify)?;
-        conn.busy_timeout(Duration::from_secs(10))
-            .map_err(classify)?;
-        // WAL: readers never block the writer and vice versa. synchronous=OFF: no
-        // fsync at all (NORMAL still synced a new WAL's header, its directory, and
-        // WAL + database at the closing checkpoint: four fsyncs per guardian). The
-        // registry must survive process crashes (a kill -9ed guardian), which WAL gives
-        // without fsync; after a power loss every guarded process is gone, records of
-        // the previous boot are purged, and a database damaged by the loss is moved
-        // aside and replaced (see "Corruption" in docs/REGISTRY.md).
-        retry(|| {
-            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
-        })
-        .map_err(classify)?;
-        conn.pragma_update(None, "synchronous", "OFF")
-            .map_err(classify)?;
-        if check {
-            let check: String = retry(|| conn.query_row("PRAGMA quick_check", [], |r| r.get(0)))
-                .map_err(classify)?;
-            if check != "ok" {
-                return Err(OpenFailure::Corrupt(quick_check_summary(&check)));
-            }
-        }
-        let reg = Registry {
-            conn,
-            path: path.to_path_buf(),
-            recovered: None,
-        };
-        reg.migrate().map_err(classify)?;
-        retry(|| {
-            reg.conn
-                .execute("DELETE FROM trees WHERE boot_id != ?1", [boot_id])
-        })
-        .map_err(classify)?;
-        Ok(reg)
-    }
-
-    fn migrate(&self) -> rusqlite::Result<()> {
-        let current: i64 = self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if current as usize >= MIGRATIONS.len() {
-            return Ok(());
-        }
-        retry(|| {
-            // IMMEDIATE: take the write lock first, then re-read the version, so two
-            // processes creating a fresh database do not both run a step.
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-            let result = (|| {
-                let v: i64 = self
-                    .conn
-                    .query_row("PRAGMA user_version", [], |r| r.get(0))?;
-                for (i, step) in MIGRATIONS.iter().enumerate().skip(v.max(0) as usize) {
-                    self.conn.execute_batch(step)?;
-                    self.conn
-                        .pragma_update(None, "user_version", (i + 1) as i64)?;
-                }
-                Ok(())
-            })();
-            match result {
-                Ok(()) => self.conn.execute_batch("COMMIT"),
-                Err(e) => {
-                    let _ = self.conn.execute_batch("ROLLBACK");
-                    Err(e)
-                }
-            }
-        })
-    }
-
     fn err(&self, e: rusqlite::Error) -> RegistryError {
         RegistryError::Db {
             path: self.path.clone(),
@@ -529,7 +329,7 @@ impl Registry {
     pub fn set_reaping(&self, id: &str) -> Result<(), RegistryError> {
         self.update(
             "UPDATE trees SET state = 'reaping', updated_ms = ?2
-             WHERE id = ?1 AND state != 'finished'",
+             WHERE id = ?1 AND state NOT IN ('finished', 'released')",
             params![id, now_ms()],
         )
     }
@@ -554,7 +354,7 @@ impl Registry {
         let sql = if include_finished {
             "SELECT * FROM trees ORDER BY created_ms, id"
         } else {
-            "SELECT * FROM trees WHERE state != 'finished' ORDER BY created_ms, id"
+            "SELECT * FROM trees WHERE state NOT IN ('finished', 'released') ORDER BY created_ms, id"
         };
         retry(|| {
             let mut st = self.conn.prepare(sql)?;
@@ -656,132 +456,6 @@ impl Registry {
         })
         .map_err(|e| self.err(e))
     }
-}
-
-fn audit_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<AuditEntry> {
-    Ok(AuditEntry {
-        id: r.get(0)?,
-        time_ms: r.get(1)?,
-        tree: r.get(2)?,
-        actor: r.get(3)?,
-        event: r.get(4)?,
-        pid: r.get(5)?,
-        starttime: r.get::<_, Option<i64>>(6)?.map(|v| v as u64),
-        signal: r.get(7)?,
-        proof: r.get(8)?,
-        outcome: r.get(9)?,
-        refusal_code: r.get(10)?,
-        message: r.get(11)?,
-    })
-}
-
-/// Writes a tree row; `verb` is `INSERT` or `INSERT OR REPLACE` (the fold).
-fn insert_tree_row(conn: &Connection, verb: &str, t: &TreeRecord) -> rusqlite::Result<usize> {
-    conn.prepare_cached(&format!(
-        "{verb} INTO trees (id, boot_id, label, tier, state, guardian_pid,
-            guardian_starttime, guardian_pgid, guardian_pidfs_inode, root_pid,
-            root_starttime, root_pgid, root_sid, root_uid, owner_kind, owner_pid,
-            owner_starttime, cgroup_path, cgroup_id, created_ms, updated_ms,
-            finished_ms, exit_status)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-            ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
-    ))?
-    .execute(params![
-        t.id,
-        t.boot_id,
-        t.label,
-        t.tier.as_str(),
-        t.state.as_str(),
-        t.guardian.pid,
-        t.guardian.starttime as i64,
-        t.guardian.pgid,
-        t.guardian.pidfs_inode.map(|v| v as i64),
-        t.root.as_ref().map(|r| r.pid),
-        t.root.as_ref().map(|r| r.starttime as i64),
-        t.root.as_ref().map(|r| r.pgid),
-        t.root.as_ref().map(|r| r.sid),
-        t.root.as_ref().map(|r| r.uid),
-        t.owner.kind.as_str(),
-        t.owner.pid,
-        t.owner.starttime.map(|v| v as i64),
-        t.cgroup_path,
-        t.cgroup_id.map(|v| v as i64),
-        t.created_ms,
-        t.updated_ms,
-        t.finished_ms,
-        t.exit_status,
-    ])
-}
-
-/// Writes one audit entry; `seq` (its line in a record file) makes a second fold of
-/// the same file a no-op for it.
-fn insert_audit_row(
-    conn: &Connection,
-    e: &AuditEntry,
-    seq: Option<u64>,
-) -> rusqlite::Result<usize> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO audit (time_ms, tree_id, actor, event, target_pid,
-            target_starttime, signal, proof, outcome, refusal_code, message, seq)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-    )?
-    .execute(params![
-        if e.time_ms == 0 { now_ms() } else { e.time_ms },
-        e.tree,
-        e.actor,
-        e.event,
-        e.pid,
-        e.starttime.map(|v| v as i64),
-        e.signal,
-        e.proof,
-        e.outcome,
-        e.refusal_code,
-        e.message,
-        seq.map(|v| v as i64),
-    ])
-}
-
-fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord> {
-    let root_pid: Option<i32> = r.get("root_pid")?;
-    let root = match root_pid {
-        Some(pid) => Some(RootRecord {
-            pid,
-            starttime: r.get::<_, Option<i64>>("root_starttime")?.unwrap_or(0) as u64,
-            pgid: r.get::<_, Option<i32>>("root_pgid")?.unwrap_or(0),
-            sid: r.get::<_, Option<i32>>("root_sid")?.unwrap_or(0),
-            uid: r.get::<_, Option<u32>>("root_uid")?.unwrap_or(0),
-        }),
-        None => None,
-    };
-    Ok(TreeRecord {
-        id: r.get("id")?,
-        boot_id: r.get("boot_id")?,
-        label: r.get("label")?,
-        tier: RecordedTier::parse(&r.get::<_, String>("tier")?),
-        state: StoredState::parse(&r.get::<_, String>("state")?),
-        guardian: GuardianRecord {
-            pid: r.get("guardian_pid")?,
-            starttime: r.get::<_, i64>("guardian_starttime")? as u64,
-            pgid: r.get("guardian_pgid")?,
-            pidfs_inode: r
-                .get::<_, Option<i64>>("guardian_pidfs_inode")?
-                .map(|v| v as u64),
-        },
-        root,
-        owner: OwnerRecord {
-            kind: OwnerKind::parse(&r.get::<_, String>("owner_kind")?),
-            pid: r.get("owner_pid")?,
-            starttime: r
-                .get::<_, Option<i64>>("owner_starttime")?
-                .map(|v| v as u64),
-        },
-        cgroup_path: r.get("cgroup_path")?,
-        cgroup_id: r.get::<_, Option<i64>>("cgroup_id")?.map(|v| v as u64),
-        created_ms: r.get("created_ms")?,
-        updated_ms: r.get("updated_ms")?,
-        finished_ms: r.get("finished_ms")?,
-        exit_status: r.get("exit_status")?,
-    })
 }
 
 #[cfg(all(test, target_os = "linux"))]

@@ -30,10 +30,14 @@ pub enum Line {
     Reaping { time_ms: i64 },
     /// A signal sent, a refusal, or a note.
     Audit(AuditEntry),
-    /// The last line: the tree is gone (or left as stuck) and its guardian is done.
+    /// The last line: the tree is gone (or left as stuck) and its guardian is done;
+    /// or, `released`, a supervisor stopped guarding it and its processes are the
+    /// host's again.
     Finished {
         time_ms: i64,
         exit_status: Option<i32>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        released: bool,
     },
 }
 
@@ -102,6 +106,16 @@ impl RecordWriter {
         self.append(&[Line::Finished {
             time_ms: now_ms(),
             exit_status,
+            released: false,
+        }])
+    }
+
+    /// The same last line for a tree released alive: nothing may ever sweep it.
+    pub fn release(self) -> io::Result<()> {
+        self.append(&[Line::Finished {
+            time_ms: now_ms(),
+            exit_status: None,
+            released: true,
         }])
     }
 }
@@ -158,8 +172,12 @@ pub fn parse(bytes: &[u8]) -> Option<ReadRecord> {
             Line::Finished {
                 time_ms,
                 exit_status,
+                released,
             } => {
-                t.state = StoredState::Finished;
+                t.state = match released {
+                    true => StoredState::Released,
+                    false => StoredState::Finished,
+                };
                 t.updated_ms = time_ms;
                 t.finished_ms = Some(time_ms);
                 t.exit_status = exit_status.or(t.exit_status);
@@ -170,13 +188,54 @@ pub fn parse(bytes: &[u8]) -> Option<ReadRecord> {
     Some(read)
 }
 
-/// Reads and parses the record file at `path`.
+/// Parses the bytes of the record file at `path`: `None` also when the record is of
+/// another tree than the file's name says (a hard link or a copy planted under another
+/// name: one tree is listed once, under its own name).
+pub fn parse_at(bytes: &[u8], path: &Path) -> Option<ReadRecord> {
+    let read = parse(bytes)?;
+    let named = path.file_name()?.to_str().and_then(id_of)?;
+    (named == read.tree.id).then_some(read)
+}
+
+/// Reads and parses the record file at `path` (see [`parse_at`]). Only a regular file
+/// is read, opened without following a symlink and without blocking (a FIFO planted
+/// in `trees/` would block the open until someone writes to it).
 pub fn read(path: &Path) -> Option<ReadRecord> {
-    parse(&std::fs::read(path).ok()?)
+    read_open(super::lock::open_for_reading(path).ok()?, path)
+}
+
+/// Reads and parses the record file `file`, opened at `path` (see [`parse_at`]) and at
+/// offset 0.
+pub fn read_open(mut file: std::fs::File, path: &Path) -> Option<ReadRecord> {
+    use std::io::Read;
+    // Without std's size probe (a stat and a seek per file), and one read for most:
+    // the file is a regular one (the open checked), so a short read is its end.
+    let mut bytes = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+        if len < bytes.len() {
+            break;
+        }
+        bytes.resize(bytes.len() * 2, 0);
+    }
+    bytes.truncate(len);
+    parse_at(&bytes, path)
 }
 
 /// The record files in the state directory, as (tree id, path).
 pub fn list(dir: &StateDir) -> Vec<(String, PathBuf)> {
+    list_at_most(dir, usize::MAX)
+}
+
+/// The first `limit` record files of the directory (in directory order), read no
+/// further than that.
+pub fn list_at_most(dir: &StateDir, limit: usize) -> Vec<(String, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(dir.trees_dir()) else {
         return Vec::new();
     };
@@ -187,6 +246,7 @@ pub fn list(dir: &StateDir) -> Vec<(String, PathBuf)> {
             let id = id_of(name.to_str()?)?.to_owned();
             Some((id, e.path()))
         })
+        .take(limit)
         .collect()
 }
 
@@ -251,6 +311,7 @@ mod tests {
             Line::Finished {
                 time_ms: 12,
                 exit_status: Some(0),
+                released: false,
             },
         ]);
         let read = parse(&bytes).unwrap();
@@ -262,6 +323,29 @@ mod tests {
         let seqs: Vec<u64> = read.audit.iter().map(|(n, _)| *n).collect();
         assert_eq!(seqs, [2, 4]);
         assert_eq!(read.audit[0].1.tree.as_deref(), Some("ab"));
+    }
+
+    // Linux: the uid comes from rustix, which only Linux builds link.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_torn_line_is_skipped_and_the_finished_mark_after_it_counts() {
+        let dir = std::env::temp_dir().join(format!("ut-tornrec-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = StateDir::prepare(&dir, rustix::process::getuid().as_raw()).unwrap();
+        let writer = RecordWriter::create(&state, &tree()).unwrap();
+        // An audit batch cut short by a full disk, then space returns.
+        writer
+            .lock
+            .append(br#"{"audit":{"actor":"guardian","ev"#)
+            .unwrap();
+        writer.finish(Some(3)).unwrap();
+        let read = read(&path_of(&state, "ab")).unwrap();
+        assert!(
+            read.finished,
+            "the finished mark was glued onto the torn line"
+        );
+        assert_eq!(read.tree.exit_status, Some(3));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub enum Origin {
 }
 
 /// Resolves the state directory path: `explicit`, else `$UNDERTAKER_STATE_DIR`, else
-/// `$XDG_STATE_HOME/undertaker`, else `$HOME/.local/state/undertaker`.
+/// `$XDG_STATE_HOME/undertaker`, else `$HOME/.local/state/undertaker`; on Windows
+/// `%LOCALAPPDATA%\undertaker` after the first two.
 pub fn resolve(explicit: Option<&Path>) -> Result<(PathBuf, Origin), RegistryError> {
     resolve_with(explicit, |k| std::env::var_os(k))
 }
@@ -39,6 +40,12 @@ fn resolve_with(
     if let Some(p) = nonempty("UNDERTAKER_STATE_DIR") {
         return Ok((p, Origin::Explicit));
     }
+    if cfg!(windows) {
+        return nonempty("LOCALAPPDATA")
+            .filter(|p| p.is_absolute())
+            .map(|p| (p.join("undertaker"), Origin::Default))
+            .ok_or(RegistryError::NoStateDir);
+    }
     if let Some(p) = nonempty("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
         return Ok((p.join("undertaker"), Origin::Default));
     }
@@ -50,7 +57,7 @@ fn resolve_with(
 
 impl StateDir {
     /// Creates `path` (0700) if missing, then refuses a symlink, a non-directory, or a
-    /// directory not owned by `uid`.
+    /// directory not owned by `uid` or writable by others; the same for `trees/`.
     pub fn prepare(path: &Path, uid: u32) -> Result<Self, RegistryError> {
         // "link/" and "link/." name the directory a symlink points to, and every
         // check below would pass on that directory: judge "link" itself.
@@ -75,40 +82,26 @@ impl StateDir {
             }
             Ok(_) => {}
         }
-        let meta = std::fs::symlink_metadata(path).map_err(|e| RegistryError::Io {
-            path: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
-        if meta.file_type().is_symlink() {
-            return Err(unsafe_dir("it is a symlink".into()));
-        }
-        if !meta.is_dir() {
-            return Err(unsafe_dir("it is not a directory".into()));
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::MetadataExt;
-            if meta.uid() != uid {
-                return Err(unsafe_dir(format!(
-                    "it is owned by uid {}, not {uid}",
-                    meta.uid()
-                )));
-            }
-            if meta.mode() & 0o022 != 0 {
-                return Err(unsafe_dir(format!(
-                    "it is writable by others (mode {:o})",
-                    meta.mode() & 0o7777
-                )));
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = uid;
+        check_private(path, uid).map_err(unsafe_dir)?;
         let dir = Self {
             path: path.to_path_buf(),
         };
-        create_private(&dir.trees_dir()).map_err(|e| RegistryError::Io {
-            path: dir.trees_dir(),
-            msg: e.to_string(),
+        // Every directory of the state dir gets the state dir's checks: records in a
+        // `trees/` another user can write (a symlink to /tmp, mode 777) would decide
+        // what we signal.
+        let trees = dir.trees_dir();
+        if let Err(e) = create_private(&trees) {
+            // Something is in its place: the checks say what.
+            if std::fs::symlink_metadata(&trees).is_err() {
+                return Err(RegistryError::Io {
+                    path: trees,
+                    msg: e.to_string(),
+                });
+            }
+        }
+        check_private(&trees, uid).map_err(|why| RegistryError::UnsafeStateDir {
+            path: trees.clone(),
+            why,
         })?;
         Ok(dir)
     }
@@ -130,6 +123,34 @@ impl StateDir {
     pub fn trees_dir(&self) -> PathBuf {
         self.path.join("trees")
     }
+}
+
+/// Refuses a symlink, a non-directory, a directory not owned by `uid`, or one others
+/// may write; `Err` says why.
+fn check_private(path: &Path, uid: u32) -> Result<(), String> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    if meta.file_type().is_symlink() {
+        return Err("it is a symlink".into());
+    }
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if meta.uid() != uid {
+            return Err(format!("it is owned by uid {}, not {uid}", meta.uid()));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "it is writable by others (mode {:o})",
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = uid;
+    Ok(())
 }
 
 fn create_private(path: &Path) -> std::io::Result<()> {
@@ -157,6 +178,23 @@ mod tests {
         }
     }
 
+    #[cfg(windows)]
+    #[test]
+    fn resolution_order_on_windows() {
+        let all = [
+            ("UNDERTAKER_STATE_DIR", r"C:\s"),
+            ("LOCALAPPDATA", r"C:\l"),
+            ("HOME", r"C:\h"),
+        ];
+        let got = resolve_with(None, env(&all)).unwrap();
+        assert_eq!(got, (PathBuf::from(r"C:\s"), Origin::Explicit));
+        let got = resolve_with(None, env(&all[1..])).unwrap();
+        assert_eq!(got, (PathBuf::from(r"C:\l\undertaker"), Origin::Default));
+        // Neither HOME nor XDG_STATE_HOME is a Windows default.
+        assert!(resolve_with(None, env(&all[2..])).is_err());
+    }
+
+    #[cfg(unix)]
     #[test]
     fn resolution_order() {
         let all = [
@@ -196,6 +234,43 @@ mod tests {
             );
         }
         assert!(StateDir::prepare(&base.join("real/"), uid).is_ok());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn trees_dir_gets_the_state_dirs_checks() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("ut-sdt-{}", std::process::id()));
+        let open = base.join("open");
+        std::fs::create_dir_all(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let uid = rustix::process::getuid().as_raw();
+        let refused = |state: &Path| {
+            let got = StateDir::prepare(state, uid);
+            assert!(
+                matches!(&got, Err(RegistryError::UnsafeStateDir { path, .. }) if path.ends_with("trees")),
+                "{}: {got:?}",
+                state.display()
+            );
+        };
+        // trees/ a symlink to a directory anyone may write.
+        let linked = base.join("linked");
+        create_private(&linked).unwrap();
+        std::os::unix::fs::symlink(&open, linked.join("trees")).unwrap();
+        refused(&linked);
+        // trees/ writable by others.
+        let loose = base.join("loose");
+        create_private(&loose.join("trees")).unwrap();
+        std::fs::set_permissions(loose.join("trees"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        refused(&loose);
+        // trees/ a file.
+        let file = base.join("file");
+        create_private(&file).unwrap();
+        std::fs::write(file.join("trees"), b"").unwrap();
+        refused(&file);
+        assert!(StateDir::prepare(&base.join("fine"), uid).is_ok());
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

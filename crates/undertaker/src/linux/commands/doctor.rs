@@ -10,12 +10,12 @@ use crate::linux::contain::containment::Containment;
 use crate::linux::contain::pidns;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
+use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
-use crate::registry::state_dir;
-use crate::report::{Check, DoctorReport, StateDirCheck, TierCheck};
+use crate::report::{CgroupPlacement, Check, DoctorReport, StateDirCheck, TierCheck};
 use crate::Tier;
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::process::{PidfdFlags, Signal};
+use rustix::process::Signal;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
@@ -35,7 +35,8 @@ fn check(name: &'static str, result: Result<String, String>) -> Check {
 }
 
 fn own_pidfd() -> Result<OwnedFd, String> {
-    rustix::process::pidfd_open(rustix::process::getpid(), PidfdFlags::empty())
+    PidRef::open(rustix::process::getpid().as_raw_nonzero().get())
+        .map(PidRef::into_fd)
         .map_err(|e| format!("pidfd_open failed: {e}"))
 }
 
@@ -52,9 +53,8 @@ fn probe_group_signal() -> Result<String, String> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .map_err(|e| format!("could not start a probe child (sleep): {e}"))?;
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("child pid is positive");
     // Unreaped child: the number is still its own.
-    let result = match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+    let result = match PidRef::open(child.id() as i32).map(PidRef::into_fd) {
         Err(e) => Err(format!("pidfd_open failed: {e}")),
         Ok(fd) => {
             let r = match sys::pidfd_send_signal_to_group(fd.as_fd(), 0) {
@@ -72,48 +72,53 @@ fn probe_group_signal() -> Result<String, String> {
     result
 }
 
-fn probe_cgroup() -> Result<String, String> {
-    let loc = cgroup::locate()?;
+/// Where trees would go, and a probe cgroup created (and removed) there.
+fn probe_cgroup() -> (Result<String, String>, CgroupPlacement) {
+    let loc = match cgroup::locate() {
+        Ok(loc) => loc,
+        Err(why) => {
+            let placement = CgroupPlacement {
+                path: None,
+                kind: None,
+                reason: why.clone(),
+            };
+            return (Err(why), placement);
+        }
+    };
+    let placement = CgroupPlacement {
+        path: Some(loc.parent.display().to_string()),
+        kind: Some(loc.kind.as_str()),
+        reason: loc.reason.clone(),
+    };
     let probe = loc.parent.join(format!(
         "{}probe.{}",
         cgroup::NAME_PREFIX,
         std::process::id()
     ));
-    rustix::fs::mkdir(&probe, rustix::fs::Mode::from_raw_mode(0o755))
-        .map_err(|e| format!("cannot create a cgroup in {}: {e}", loc.parent.display()))?;
+    if let Err(e) = rustix::fs::mkdir(&probe, rustix::fs::Mode::from_raw_mode(0o755)) {
+        let why = format!("cannot create a cgroup in {}: {e}", loc.parent.display());
+        return (Err(why), placement);
+    }
     let has_kill = probe.join("cgroup.kill").exists();
     let _ = rustix::fs::rmdir(&probe);
-    Ok(format!(
+    let detail = format!(
         "trees go in {} ({}){}",
         loc.parent.display(),
-        loc.kind,
+        loc.kind.as_str(),
         if has_kill {
             ""
         } else {
             "; no cgroup.kill (Linux < 5.14): members are killed one by one"
         }
-    ))
+    );
+    (Ok(detail), placement)
 }
 
 /// The state directory's health. Opening the registry is the real test: it checks
 /// ownership, mode, symlinks and the database itself.
 fn state_dir_check(state_dir: Option<&Path>) -> StateDirCheck {
-    let path = state_dir::resolve(state_dir)
-        .map(|(p, _)| p.display().to_string())
-        .unwrap_or_else(|_| "(none)".into());
-    let health = Context::open(state_dir).and_then(|ctx| ctx.registry.trees(false));
-    match health {
-        Ok(trees) => StateDirCheck {
-            path,
-            ok: true,
-            detail: format!("registry ok, {} unfinished tree(s)", trees.len()),
-        },
-        Err(e) => StateDirCheck {
-            path,
-            ok: false,
-            detail: e.to_string(),
-        },
-    }
+    let unfinished = Context::open(state_dir).and_then(|ctx| ctx.registry.trees(false));
+    StateDirCheck::of(state_dir, unfinished)
 }
 
 /// The pidfd probes: opening one, and what the kernel tells through it.
@@ -188,7 +193,7 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
             .map(|m| format!("{}", m.mount_point.display()))
             .ok_or_else(|| "no cgroup2 filesystem is mounted".to_string()),
     ));
-    let cgroup = probe_cgroup();
+    let (cgroup, cgroup_placement) = probe_cgroup();
     checks.push(check("cgroup2_writable", cgroup.clone()));
     let namespaces = probe_namespaces();
     checks.push(check("user_pid_namespaces", namespaces.clone()));
@@ -214,6 +219,7 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         checks,
         tiers,
         auto,
+        cgroup_placement,
         state_dir: state_dir_check(state_dir),
     }
 }

@@ -8,119 +8,83 @@
 
 use crate::identity::TreeId;
 use crate::linux::commands::heal;
+use crate::linux::commands::host::HostProcess;
 use crate::linux::commands::sentinel::{self, Split};
-use crate::linux::commands::tree::{Cause, Host, Tree};
+use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
 use crate::linux::contain::containment::Containment;
-use crate::linux::contain::dispositions::{self, OnSignal};
+use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::Owner;
-use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, Launch};
-use crate::linux::kernel::poll::{self, poll_until};
+use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, CommandSpec, Launch};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
-use crate::linux::kernel::wait_status;
 use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions, Tier};
-use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fd::BorrowedFd;
-use rustix::process::WaitOptions;
+use rustix::event::PollFlags;
 use std::time::Instant;
 
-/// What the guardian process holds for its tree: the signalfd of the signals it
-/// blocked, and the caller's soft fd limit that CMD gets back.
-pub(crate) struct GuardianProcess {
-    signals: BlockedSignals,
-    nofile: Option<u64>,
+/// The rest of the process-wide setup, once the signals are taken: a high fd limit
+/// (teardown holds one pidfd per member) and child subreaper (except for pidns, whose
+/// init reaps the tree).
+fn take_over(containment: &Containment, signals: BlockedSignals) -> Result<HostProcess, RunError> {
+    let nofile = raise_fd_limit();
+    if !matches!(containment, Containment::Pidns) {
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    }
+    Ok(HostProcess::new(signals, nofile))
 }
 
-impl GuardianProcess {
-    /// The process that forked a guardian, taking over its tree once it died: it is
-    /// a child subreaper already (see `sentinel`).
-    pub(crate) fn adopting(signals: BlockedSignals) -> Self {
-        Self {
-            signals,
-            nofile: None,
+/// Waits for the end of the tree's normal life: CMD exits, the owner goes, or a
+/// teardown signal arrives. Forwards the other signals meanwhile. Once CMD has run
+/// [`SETTLE_AFTER`], the guardian settles (a CMD that ends sooner spares it).
+///
+/// `heal`: once CMD has run [`heal::DELAY`], look (cheaply) for dead guardians' trees
+/// in this state dir and, only if there are some, finish a few of them on a
+/// background thread (see `heal`).
+fn watch(
+    host: &mut HostProcess,
+    tree: &mut Tree,
+    owner: &mut Owner,
+    signaller: &Signaller,
+    heal: Option<&std::path::Path>,
+) -> Cause {
+    let mut heal_at = heal::enabled().then(|| Instant::now() + heal::DELAY);
+    let mut settle_at = Some(Instant::now() + SETTLE_AFTER);
+    loop {
+        let Some(root) = tree.root() else {
+            return Cause::CommandExited;
+        };
+        let mut fds = vec![(root.fd(), PollFlags::IN)];
+        fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
+        let wake = settle_at.into_iter().chain(heal_at).min();
+        let Some(got) = host.next_event(&fds, wake) else {
+            return Cause::Terminated;
+        };
+        drop(fds);
+        if settle_at.is_some_and(|at| Instant::now() >= at) {
+            settle_at = None;
+            // More than `Tree::settle` (the heap, which a supervisor holding many trees
+            // returns after each spawn): this guardian holds one tree for its life, so
+            // the stack and code start-up used go back too.
+            crate::linux::kernel::sys::settle_idle();
         }
-    }
-
-    /// The rest of the process-wide setup, once the signals are taken: a high fd
-    /// limit (teardown holds one pidfd per member) and child subreaper (except for
-    /// pidns, whose init reaps the tree).
-    fn take_over(containment: &Containment, signals: BlockedSignals) -> Result<Self, RunError> {
-        let nofile = raise_fd_limit();
-        if !matches!(containment, Containment::Pidns) {
-            rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-                .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+        if heal_at.is_some_and(|at| Instant::now() >= at) {
+            heal_at = None;
+            heal::start_if_needed(heal.map(std::path::Path::to_path_buf));
         }
-        Ok(Self { signals, nofile })
-    }
-
-    /// Waits for the end of the tree's normal life: CMD exits, the owner goes, or
-    /// a teardown signal arrives. Forwards the other signals meanwhile.
-    ///
-    /// `heal`: once CMD has run [`heal::DELAY`], look (cheaply) for dead guardians'
-    /// trees in this state dir and, only if there are some, finish a few of them on a
-    /// background thread (see `heal`).
-    fn watch(
-        &mut self,
-        tree: &mut Tree,
-        owner: &mut Owner,
-        signaller: &Signaller,
-        heal: Option<&std::path::Path>,
-    ) -> Cause {
-        let mut heal_at = heal::enabled().then(|| Instant::now() + heal::DELAY);
-        loop {
-            let Some(root) = tree.root() else {
-                return Cause::CommandExited;
-            };
-            let Some(got) = wait_for_event(&self.signals, root.fd(), owner, heal_at) else {
-                return Cause::Terminated;
-            };
-            if heal_at.is_some_and(|at| Instant::now() >= at) {
-                heal_at = None;
-                heal::start_if_needed(heal.map(std::path::Path::to_path_buf));
-            }
-            for sig in got.forward {
-                tree.forward(signaller, sig);
-            }
-            tree.reap(self);
-            if got.terminate {
-                return Cause::Terminated;
-            }
-            if tree.root_exited() {
-                return Cause::CommandExited;
-            }
-            if owner.gone() {
-                return Cause::OwnerDied;
-            }
+        for sig in got.forward {
+            tree.forward(signaller, sig);
         }
-    }
-}
-
-impl Host for GuardianProcess {
-    fn reap(&mut self, exited: &mut dyn FnMut(i32, Option<i32>)) -> Option<bool> {
-        loop {
-            match rustix::process::wait(WaitOptions::NOHANG) {
-                Ok(Some((pid, st))) => {
-                    exited(pid.as_raw_nonzero().get(), wait_status::of_wait(&st))
-                }
-                Ok(None) => return Some(false),
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(rustix::io::Errno::CHILD) => return Some(true),
-                Err(_) => return None,
-            }
+        tree.reap(host);
+        if got.terminate {
+            return Cause::Terminated;
         }
-    }
-
-    fn wait(&mut self, deadline: Instant, fds: &[(BorrowedFd<'_>, PollFlags)]) {
-        if Instant::now() < deadline {
-            let sfd = self.signals.fd();
-            let mut polled = Vec::with_capacity(fds.len() + 1);
-            polled.push(PollFd::new(&sfd, PollFlags::IN));
-            polled.extend(fds.iter().map(|(fd, flags)| PollFd::new(fd, *flags)));
-            poll_until(&mut polled, Some(deadline));
+        if tree.root_exited() {
+            return Cause::CommandExited;
         }
-        // Signals that arrive during teardown change nothing: it is already running.
-        let _ = self.signals.drain();
+        if owner.gone() {
+            return Cause::OwnerDied;
+        }
     }
 }
 
@@ -132,72 +96,30 @@ fn new_tree_id(signaller: &Signaller) -> Result<TreeId, RunError> {
     Ok(TreeId::generate(&signaller.me().boot_id, random))
 }
 
-/// What one wake-up of the guardian's loop brought.
-struct Received {
-    /// SIGTERM (or another teardown signal) arrived: tear the tree down.
-    terminate: bool,
-    /// Signals to forward to CMD.
-    forward: Vec<i32>,
-}
-
-/// Blocks until our signalfd, `child` (CMD, or the namespace init) or the owner is
-/// ready, then drains our signals. `None` if poll itself failed: the caller tears
-/// down rather than spin.
-fn wait_for_event(
-    signals: &BlockedSignals,
-    child: BorrowedFd<'_>,
-    owner: &Owner,
-    until: Option<Instant>,
-) -> Option<Received> {
-    let sfd = signals.fd();
-    let mut fds = Vec::with_capacity(3);
-    fds.push(PollFd::new(&sfd, PollFlags::IN));
-    fds.push(PollFd::new(&child, PollFlags::IN));
-    if let Some(p) = owner.poll_fd() {
-        fds.push(p);
-    }
-    let timeout = until.map(|at| poll::timespec(at.saturating_duration_since(Instant::now())));
-    match poll(&mut fds, timeout.as_ref()) {
-        Ok(_) | Err(rustix::io::Errno::INTR) => {}
-        Err(e) => {
-            tracing::error!("poll failed: {e}; tearing down");
-            return None;
-        }
-    }
-    let mut got = Received {
-        terminate: false,
-        forward: Vec::new(),
-    };
-    for sig in signals.drain().unwrap_or_default() {
-        match dispositions::on_signal(sig) {
-            OnSignal::Reap => {}
-            OnSignal::Teardown => got.terminate = true,
-            OnSignal::Forward => got.forward.push(sig),
-        }
-    }
-    Some(got)
-}
-
 /// Runs CMD under guard and returns the exit status undertaker should exit with.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     // First, before anything can fork: no inherited disposition may drop a signal or
     // auto-reap CMD, and no signal may end the guardian (see `dispositions`).
     let signals =
         dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
-    let mut owner = Owner::resolve(&opts.owner)?;
-    let signaller = Signaller::for_current_process(Procfs::new())
+    let guard = &opts.guard;
+    let mut owner = Owner::resolve(&guard.owner)?;
+    let mut signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
+    if let Some(pid) = owner.pid() {
+        signaller.protect_owner(pid);
+    }
     let id = new_tree_id(&signaller)?;
     // The process the host started stays behind; from here on we are its guardian.
     let signaller = match sentinel::split(&signaller)? {
-        Split::Sentinel(sentinel) => return Ok(sentinel.watch(opts, &id, signaller, signals)),
+        Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
         Split::Guardian(signaller) => signaller,
     };
-    let containment = Containment::choose(opts.tier)?;
+    let containment = Containment::choose(guard.tier)?;
     tracing::debug!(tier = %containment.tier(), "tier chosen");
-    let mut process = GuardianProcess::take_over(&containment, signals)?;
-    let owner_record = owner.record(&opts.owner, signaller.procfs());
-    let mut tree = Tree::record(opts, id.clone(), containment, &signaller, owner_record)?;
+    let mut host = take_over(&containment, signals)?;
+    let owner_record = owner.record(&guard.owner, signaller.procfs());
+    let mut tree = Tree::record(guard, id.clone(), containment, &signaller, owner_record)?;
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
@@ -208,17 +130,26 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
             "the undertaker process the host started".into(),
         ));
     }
+    let command = CommandSpec::plain(opts.command.clone());
     tree.spawn(&Launch {
-        opts,
+        command: &command,
+        grace: guard.grace,
         tree: &id,
         signaller: &signaller,
-        nofile: process.nofile,
-        signals: &process.signals,
+        nofile: host.nofile,
+        signals: &host.signals,
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
-    tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?opts.label, "guarding");
+    drop(command);
+    tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?guard.label, "guarding");
 
-    let cause = process.watch(&mut tree, &mut owner, &signaller, opts.state_dir.as_deref());
+    let cause = watch(
+        &mut host,
+        &mut tree,
+        &mut owner,
+        &signaller,
+        guard.state_dir.as_deref(),
+    );
     tracing::debug!(?cause, "tearing down tree {}", tree.id());
     // The terminal goes back to our group before the tree is signalled; a namespace
     // init hands it back itself, so there we take it once the init is gone.
@@ -226,7 +157,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if !in_namespace {
         sys::reclaim_foreground(signaller.host_pgrp());
     }
-    tree.tear_down(cause, &signaller, &mut process);
+    host.sentinel = sentinel::alive(&signaller);
+    tree.tear_down(cause, &signaller, &mut host);
     if in_namespace {
         sys::reclaim_foreground(signaller.host_pgrp());
     }

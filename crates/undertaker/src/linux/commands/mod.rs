@@ -1,11 +1,15 @@
 //! The commands: the guardian behind `undertaker run`, sweep and kill, doctor, and the
 //! guardian's registry recorder. The top layer: nothing below imports from here.
 
+pub(crate) mod control;
 pub mod doctor;
 pub mod guardian;
 pub(crate) mod heal;
+pub(crate) mod host;
 pub mod reconcile;
 pub mod record;
+pub(crate) mod refusal_log;
 pub(crate) mod sentinel;
 pub mod supervise;
+pub(crate) mod takeover;
 pub mod tree;

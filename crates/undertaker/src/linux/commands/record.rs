@@ -12,10 +12,9 @@ use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
     now_ms, state_dir, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry, RegistryError,
-    RootRecord, StateDir, StoredState, TreeRecord,
+    RootRecord, StateDir, TreeRecord,
 };
-use crate::{RunError, RunOptions};
-use rustix::fd::AsFd;
+use crate::{GuardOptions, RunError};
 
 /// Test-only hooks: milliseconds to sleep after the record file is written and
 /// before CMD is spawned, and before the finished mark, so tests can kill a guardian
@@ -67,12 +66,9 @@ fn report_recovery(registry: &Registry) {
 pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
     let me = signaller.me();
     let stat = signaller.procfs().stat(me.pid).ok()?;
-    let pidfs_inode = rustix::process::pidfd_open(
-        rustix::process::getpid(),
-        rustix::process::PidfdFlags::empty(),
-    )
-    .ok()
-    .and_then(|fd| crate::linux::proof::signal::pidfs_inode(fd.as_fd()));
+    let pidfs_inode = crate::linux::proof::pidref::PidRef::open(me.pid)
+        .ok()
+        .and_then(|own| crate::linux::proof::signal::pidfs_inode(own.fd()));
     Some(GuardianRecord {
         pid: me.pid,
         starttime: stat.starttime,
@@ -84,7 +80,7 @@ pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
 impl Recorder {
     /// Creates the tree's record file (holding its liveness lock), before CMD exists.
     pub fn start(
-        opts: &RunOptions,
+        opts: &GuardOptions,
         tree: &TreeId,
         tier: RecordedTier,
         signaller: &Signaller,
@@ -115,23 +111,14 @@ impl Recorder {
             tracing::warn!("not recording tree {tree}: cannot read /proc/self");
             return Ok(rec);
         };
-        let now = now_ms();
-        let record = TreeRecord {
-            id: tree.to_string(),
-            boot_id: me.boot_id.clone(),
-            label: opts.label.clone(),
+        let record = TreeRecord::starting(
+            tree.to_string(),
+            me.boot_id.clone(),
+            opts.label.clone(),
             tier,
-            state: StoredState::Running,
             guardian,
-            root: None,
             owner,
-            cgroup_path: None,
-            cgroup_id: None,
-            created_ms: now,
-            updated_ms: now,
-            finished_ms: None,
-            exit_status: None,
-        };
+        );
         match RecordWriter::create(&dir, &record) {
             Ok(writer) => rec.writer = Some(writer),
             Err(e) => tracing::warn!("not recording tree {tree}: record file: {e}"),
@@ -143,7 +130,7 @@ impl Recorder {
     /// The record of a tree whose guardian died, for the sentinel that tears it down:
     /// its record file is taken over (the dead guardian's lock is free) and finished
     /// once the tree is torn down.
-    pub fn adopt(opts: &RunOptions, tree: &TreeId, signaller: &Signaller) -> Self {
+    pub fn adopt(opts: &GuardOptions, tree: &TreeId, signaller: &Signaller) -> Self {
         let mut rec = Recorder {
             tree: tree.clone(),
             actor: "sentinel",
@@ -190,7 +177,7 @@ impl Recorder {
     /// Before the guardian starts idling: returns free heap to the kernel, so an idle
     /// guardian's resident set is its code and little else.
     pub fn idle(&self) {
-        crate::linux::kernel::sys::trim_heap();
+        crate::linux::kernel::sys::settle_heap();
     }
 
     /// Records where the cgroup tier put the tree, so `sweep` can kill it there.
@@ -222,12 +209,33 @@ impl Recorder {
         }
     }
 
+    /// Queues an audit entry the caller built (`supervise`'s `guarded` lines, see
+    /// `commands::takeover`), stamped now.
+    pub fn audit_line(&self, mut entry: crate::registry::AuditEntry) {
+        if self.writer.is_some() {
+            entry.time_ms = now_ms();
+            entry.tree = None;
+            self.pending_audit.borrow_mut().push(Line::Audit(entry));
+        }
+    }
+
     /// Writes the queued audit entries in one append. Teardown calls it before every
     /// wait, so signals are logged before anything blocks, with one `write` per batch
     /// on the path between the owner's death and the tree's.
     pub fn flush_audit(&self) {
         let pending = std::mem::take(&mut *self.pending_audit.borrow_mut());
         self.write(&pending);
+    }
+
+    /// Marks the tree released by its supervisor (the record file's last line: its
+    /// processes live on, the host's again) and releases its lock.
+    pub fn released(&mut self) {
+        self.flush_audit();
+        if let Some(writer) = self.writer.take() {
+            if let Err(e) = writer.release() {
+                tracing::warn!("recording the release of {}: {e}", self.tree);
+            }
+        }
     }
 
     /// Marks the tree finished (the record file's last line) and releases its lock.

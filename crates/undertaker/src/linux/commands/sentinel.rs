@@ -16,16 +16,18 @@
 //! for it, and exits with its status.
 
 use crate::identity::TreeId;
-use crate::linux::commands::guardian::GuardianProcess;
-use crate::linux::commands::tree::{Cause, Tree};
+use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
 use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::contain::dispositions::{self, OnSignal};
+use crate::linux::kernel::poll::timespec;
 use crate::linux::kernel::sys::{self, BlockedSignals, Forked};
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
-use crate::{RunError, RunOptions};
+use crate::{GuardOptions, RunError};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::process::{Signal, WaitId, WaitIdOptions};
+use std::time::Instant;
 
 /// Which side of the split this process is on.
 pub(crate) enum Split {
@@ -69,17 +71,26 @@ pub(crate) fn gone(signaller: &Signaller) -> bool {
     rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != sentinel
 }
 
+/// In the guardian: the sentinel's pid while it is still our parent.
+pub(crate) fn alive(signaller: &Signaller) -> Option<i32> {
+    (!gone(signaller)).then(|| signaller.me().ancestors.first().copied())?
+}
+
 impl Sentinel {
     /// Relays signals to the guardian until it exits, then returns its exit status.
     /// A guardian killed by a signal is replaced: its tree is torn down here.
     pub(crate) fn watch(
         self,
-        opts: &RunOptions,
+        opts: &GuardOptions,
         tree: &TreeId,
         signaller: Signaller,
         signals: BlockedSignals,
     ) -> i32 {
         let gfd = self.guardian.fd();
+        // The sentinel idles as long as the tree lives: once it has idled a moment,
+        // what start-up left (freed heap, the stack and code argument parsing used)
+        // goes back to the kernel. A run that ends sooner does not wait for that.
+        let mut settle_at = Some(Instant::now() + SETTLE_AFTER);
         while !self.guardian.exited() {
             {
                 let sfd = signals.fd();
@@ -87,11 +98,17 @@ impl Sentinel {
                     PollFd::new(&sfd, PollFlags::IN),
                     PollFd::new(&gfd, PollFlags::IN),
                 ];
-                match poll(&mut fds, None) {
+                let timeout =
+                    settle_at.map(|at| timespec(at.saturating_duration_since(Instant::now())));
+                match poll(&mut fds, timeout.as_ref()) {
                     Ok(_) | Err(rustix::io::Errno::INTR) => {}
                     // Nothing to wait on: block in waitid below instead of spinning.
                     Err(_) => break,
                 }
+            }
+            if settle_at.is_some_and(|at| Instant::now() >= at) {
+                settle_at = None;
+                sys::settle_idle();
             }
             for sig in signals.drain().unwrap_or_default() {
                 // The guardian gives each signal its fate (see `dispositions`); the
@@ -128,12 +145,12 @@ impl Sentinel {
 
 /// Tears down the tree of a guardian that died: its orphans are our descendants now
 /// (we are their nearest subreaper), and the cgroup tier's cgroup names the tree.
-fn take_over(opts: &RunOptions, id: &TreeId, signaller: Signaller, signals: BlockedSignals) {
+fn take_over(opts: &GuardOptions, id: &TreeId, signaller: Signaller, signals: BlockedSignals) {
     let cgroup = cgroup::list_tree_cgroups(signaller.procfs())
         .into_iter()
         .find(|found| found.tree == *id)
         .and_then(|found| CgroupTree::open(&found.path).ok());
-    let mut host = GuardianProcess::adopting(signals);
+    let mut host = HostProcess::new(signals, None);
     let mut tree = Tree::adopt(opts, id.clone(), &signaller, cgroup);
     tree.tear_down(Cause::Terminated, &signaller, &mut host);
     tree.finish();

@@ -1,23 +1,31 @@
-//! One guarded tree as a value: [`Tree`].
+//! One guarded tree as a value: [`Tree`], the one tree model behind `run` (one tree,
+//! anchored on CMD) and `supervise` (many trees in one process).
 
-use crate::escalation::Sig;
+mod taken;
+mod teardown;
+
 use crate::identity::TreeId;
 use crate::linux::commands::record::Recorder;
 use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::contain::spawn::Launch;
 use crate::linux::kernel::sys;
+use crate::linux::proof::descent::ProcTable;
 use crate::linux::proof::pidref::PidRef;
-use crate::linux::proof::signal::{Delivery, Members, ProvenProcess, Signaller};
-use crate::linux::proof::teardown::{
-    prove_descendants, AuditEvent, Escalation, Outcome, TeardownReport, TreeSource, KILL_CAP,
-};
+use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
+use crate::linux::proof::teardown::KILL_CAP;
 use crate::registry::OwnerRecord;
-use crate::{RunError, RunOptions, Tier};
+use crate::{GuardOptions, RunError, Tier};
 use rustix::event::PollFlags;
 use rustix::fd::BorrowedFd;
 use rustix::process::Signal;
 use std::time::{Duration, Instant};
+
+pub(crate) use teardown::tear_down_together;
+
+/// How long a host waits, idle beside a new tree, before it returns start-up's freed
+/// heap to the kernel ([`Tree::settle`]; the sentinel likewise).
+pub(crate) const SETTLE_AFTER: Duration = Duration::from_millis(20);
 
 /// Why a tree is being torn down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,30 +43,77 @@ pub trait Host {
     /// for each. `Some(true)` when no child is left, `Some(false)` when some are,
     /// `None` when it could not tell.
     fn reap(&mut self, exited: &mut dyn FnMut(i32, Option<i32>)) -> Option<bool>;
+    /// The status of `pid`, a tree's root, if an earlier reap took it on the tree's
+    /// behalf (a host holding many trees reaps for all of them).
+    fn reaped_status(&mut self, _pid: i32) -> Option<Option<i32>> {
+        None
+    }
     /// Blocks until a child of this process may have exited, one of `fds` is ready
     /// for its flags, or `deadline` passes.
     fn wait(&mut self, deadline: Instant, fds: &[(BorrowedFd<'_>, PollFlags)]);
+    /// True once the host's own host has stopped waiting for the teardown (the
+    /// process it started was SIGKILLed): the tree gets no more grace.
+    fn out_of_patience(&mut self) -> bool {
+        false
+    }
+}
+
+/// Where a tree's members start from: its member rule, scoped to the tree.
+///
+/// Every member is proven afresh at each look: the processes the tree's placement
+/// vouches for (its cgroup), its anchors, its orphans, and every descendant of
+/// those by parentage.
+pub(crate) enum Anchors {
+    /// CMD, which the tree started (`run`, and `supervise`'s `spawn`): the root while
+    /// it is unreaped, and the orphans it left to the host (we are their subreaper).
+    Command(Orphans),
+    /// Processes the host handed over (`register` a group, `adopt` a process), each
+    /// proven when it was taken, leader first; pidfds held since.
+    Taken {
+        /// The registered group (`register` only).
+        group: Option<i32>,
+        proven: Vec<ProvenProcess>,
+    },
+}
+
+/// Which of the host's orphaned children belong to a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Orphans {
+    /// The host holds this tree alone (`run`): every descendant of the host is the
+    /// tree's, marker or not.
+    AllOfHost,
+    /// The host holds many trees (`supervise`): an orphan is this tree's when it
+    /// carries the tree's marker and started no earlier than its root.
+    Marked,
+}
+
+/// The round's one look at /proc, made on first need.
+fn scan<'t>(table: &'t mut Option<ProcTable>, signaller: &Signaller) -> &'t ProcTable {
+    table.get_or_insert_with(|| ProcTable::scan(signaller))
 }
 
 /// One guarded tree.
 ///
 /// A `Tree` holds everything one tree needs and nothing global: its id, its record
 /// (lock file, registry row, queued audit entries), its containment (a cgroup, a PID
-/// namespace, or none), its root (CMD, or the namespace init, as a pid with its
-/// pidfd), CMD's exit status once known, and the escalation that tears it down. Its
-/// life is `record` (the row exists and the lock is held before anything runs) →
-/// `spawn` (CMD starts inside the containment) → `tear_down` → `finish` (the row is
-/// marked finished, the lock and cgroup removed, the exit status returned); dropping
-/// a tree that never finished still closes its record. No method takes a
-/// process-global action: becoming a subreaper, the signal mask and signalfd, reaping
-/// children other than through the root's pidfd, and watching the owner belong to the
-/// process that holds the tree, which lends them through [`Host`]. One process may
-/// therefore hold many trees.
+/// namespace, or none), its anchors (CMD as a pid with its pidfd, or the processes a
+/// host handed over), CMD's exit status once known, and the escalation that tears it
+/// down. Its life is `record` (the row exists and the lock is held before anything
+/// runs) → `spawn` (CMD starts inside the containment) or `take` (handed-over
+/// processes move into it) → `tear_down` → `finish` (the row is marked finished, the
+/// lock and cgroup removed, the exit status returned); dropping a tree that never
+/// finished still closes its record. No method takes a process-global action:
+/// becoming a subreaper, the signal mask and signalfd, reaping children other than
+/// through the root's pidfd, and watching the owner belong to the process that holds
+/// the tree, which lends them through [`Host`]. One process may therefore hold many
+/// trees; each finds its members through its own [`Anchors`].
 pub struct Tree {
     id: TreeId,
+    label: Option<String>,
     grace: Duration,
     containment: Containment,
     recorder: Recorder,
+    anchors: Anchors,
     live: Live,
 }
 
@@ -68,6 +123,8 @@ struct Live {
     placement: Option<Placement>,
     root: Option<PidRef>,
     root_status: Option<i32>,
+    /// Nothing of the tree started before this (the marker proof's lower bound).
+    root_starttime: u64,
     /// The host had no child left at its last reap.
     no_children: bool,
     /// Calls of `members()` so far (the first may skip the /proc walk, see there).
@@ -77,6 +134,8 @@ struct Live {
     walked_after_empty: bool,
     /// The namespace init was still alive after SIGKILL and the kill cap.
     init_stuck: bool,
+    /// The root's exit (or the taken leader's) was handled by the host.
+    root_done: bool,
 }
 
 impl Live {
@@ -88,8 +147,13 @@ impl Live {
         matches!(self.placement, Some(Placement::Pidns(_)))
     }
 
+    fn is_populated(&self) -> bool {
+        self.placement.as_ref().is_some_and(Placement::is_populated)
+    }
+
     /// Collects the root's status (through its pidfd, so it is never confused with a
-    /// recycled pid), then lets the host reap every other exited child.
+    /// recycled pid, or as the host reaped it for us), then lets the host reap every
+    /// other exited child.
     fn reap(&mut self, host: &mut dyn Host) {
         if self.root_status.is_none() {
             self.root_status = self.root.as_ref().and_then(PidRef::try_wait_status);
@@ -102,6 +166,9 @@ impl Live {
                 *status = st;
             }
         });
+        if let (None, Some(pid)) = (self.root_status, root_pid) {
+            self.root_status = host.reaped_status(pid).flatten();
+        }
         if let Some(none_left) = no_children {
             self.no_children = none_left;
         }
@@ -109,9 +176,11 @@ impl Live {
 }
 
 impl Tree {
-    /// Takes the tree's lock and writes its row, before anything is started.
+    /// Takes the tree's lock and writes its row, before anything is started. The
+    /// tree is anchored on the command it will `spawn`, alone in its host; see
+    /// [`Tree::shared`] and [`Tree::take`] for the other member rules.
     pub fn record(
-        opts: &RunOptions,
+        opts: &GuardOptions,
         id: TreeId,
         containment: Containment,
         signaller: &Signaller,
@@ -121,18 +190,27 @@ impl Tree {
         let recorder = Recorder::start(opts, &id, tier, signaller, owner)?;
         Ok(Tree {
             id,
+            label: opts.label.clone(),
             grace: opts.grace,
             containment,
             recorder,
+            anchors: Anchors::Command(Orphans::AllOfHost),
             live: Live::default(),
         })
+    }
+
+    /// The same tree in a host that holds others: its orphans are the ones that
+    /// carry its marker.
+    pub(crate) fn shared(mut self) -> Self {
+        self.anchors = Anchors::Command(Orphans::Marked);
+        self
     }
 
     /// The tree of a guardian that died, taken over by the process that forked it
     /// (see `sentinel`): no root (CMD died with its guardian), the tree's cgroup when
     /// it has one, and the existing record, finished once the tree is torn down.
     pub(crate) fn adopt(
-        opts: &RunOptions,
+        opts: &GuardOptions,
         id: TreeId,
         signaller: &Signaller,
         cgroup: Option<CgroupTree>,
@@ -144,9 +222,11 @@ impl Tree {
         };
         Tree {
             id,
+            label: opts.label.clone(),
             grace: opts.grace,
             containment: Containment::Subreaper,
             recorder,
+            anchors: Anchors::Command(Orphans::AllOfHost),
             live: Live {
                 placement: Some(placement),
                 ..Live::default()
@@ -156,6 +236,10 @@ impl Tree {
 
     pub fn id(&self) -> &TreeId {
         &self.id
+    }
+
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_deref()
     }
 
     pub fn tier(&self) -> Tier {
@@ -178,17 +262,194 @@ impl Tree {
         let root = placement.spawn(launch)?;
         self.live.placement = Some(placement);
         if !namespace {
-            self.recorder
-                .set_root(launch.signaller.procfs(), root.pid());
-            self.recorder.idle();
+            let procfs = launch.signaller.procfs();
+            self.recorder.set_root(procfs, root.pid());
+            if self.anchors_marked_orphans() {
+                self.live.root_starttime = procfs.stat(root.pid()).map_or(0, |s| s.starttime);
+            }
         }
         self.live.root = Some(root);
         Ok(())
     }
 
+    /// Before the host idles beside the tree: returns free heap to the kernel, so an
+    /// idle host's resident set is its code and little else. Hosts call it once the
+    /// tree has lived a moment ([`SETTLE_AFTER`]), so a command that ends at once
+    /// does not wait for it.
+    pub(crate) fn settle(&self) {
+        self.recorder.idle();
+    }
+
+    fn anchors_marked_orphans(&self) -> bool {
+        matches!(self.anchors, Anchors::Command(Orphans::Marked))
+    }
+
     /// The process whose exit ends the tree's normal life: CMD, or the namespace init.
     pub fn root(&self) -> Option<&PidRef> {
         self.live.root.as_ref()
+    }
+
+    /// The pid the tree is known by: its root, or the leader it was taken with.
+    pub(crate) fn root_pid(&self) -> Option<i32> {
+        match &self.anchors {
+            Anchors::Command(_) => self.live.root.as_ref().map(PidRef::pid),
+            Anchors::Taken { proven, .. } => proven.first().map(ProvenProcess::pid),
+        }
+    }
+
+    /// The group a `register` took, if this tree was registered.
+    pub(crate) fn group(&self) -> Option<i32> {
+        match &self.anchors {
+            Anchors::Taken { group, .. } => *group,
+            Anchors::Command(_) => None,
+        }
+    }
+
+    /// True for a tree the host handed over (`register`/`adopt`).
+    pub(crate) fn is_taken(&self) -> bool {
+        matches!(self.anchors, Anchors::Taken { .. })
+    }
+
+    /// True when `pid` is this tree's root or one of its live taken processes.
+    pub(crate) fn anchors_pid(&self, pid: i32) -> bool {
+        match &self.anchors {
+            Anchors::Command(_) => self.root_pid() == Some(pid),
+            Anchors::Taken { proven, .. } => {
+                proven.iter().any(|a| a.pid() == pid && !a.has_exited())
+            }
+        }
+    }
+
+    /// True once every taken process has exited (never for a command's tree).
+    pub(crate) fn taken_all_exited(&self) -> bool {
+        match &self.anchors {
+            Anchors::Taken { proven, .. } => proven.iter().all(ProvenProcess::has_exited),
+            Anchors::Command(_) => false,
+        }
+    }
+
+    /// The fd whose readability means the root (or the taken leader) exited, until
+    /// the host has handled that exit ([`Tree::root_handled`]).
+    pub(crate) fn root_fd(&self) -> Option<BorrowedFd<'_>> {
+        if self.live.root_done {
+            return None;
+        }
+        match &self.anchors {
+            Anchors::Command(_) => self.live.root.as_ref().map(PidRef::fd),
+            Anchors::Taken { proven, .. } => proven.first().map(ProvenProcess::pidfd),
+        }
+    }
+
+    pub(crate) fn root_handled(&mut self) {
+        self.live.root_done = true;
+    }
+
+    /// The tree's cgroup, in the cgroup tier.
+    pub(crate) fn cgroup(&self) -> Option<&CgroupTree> {
+        self.live.cgroup()
+    }
+
+    /// True while the tree's cgroup reports live members.
+    pub(crate) fn is_populated(&self) -> bool {
+        self.live.is_populated()
+    }
+
+    /// Every live member now, each proven afresh. `table` is one scan of /proc
+    /// shared by every tree looked at together: made here if none was yet and this
+    /// tree's rule needs one.
+    pub(crate) fn members(
+        &mut self,
+        signaller: &Signaller,
+        table: &mut Option<ProcTable>,
+    ) -> Members {
+        let live = &mut self.live;
+        let mut found = live
+            .placement
+            .as_ref()
+            .map(|p| p.members(signaller))
+            .unwrap_or_default();
+        match &self.anchors {
+            Anchors::Command(Orphans::AllOfHost) => {
+                // Both views: a member that left our descendants (setsid + reparenting
+                // elsewhere) is still in the cgroup, and one that moved out of the
+                // cgroup is still our descendant. The descendant walk costs a scan of
+                // all of /proc, so the first (SIGTERM) round skips it while the
+                // cgroup is populated. Nothing is lost: a descendant outside the
+                // cgroup becomes our child (we are its subreaper) once its in-cgroup
+                // ancestors die, and then `needs_rescan` asks for a walk; every
+                // SIGKILL round walks anyway.
+                let walk = match live.cgroup() {
+                    None => true,
+                    Some(cg) => {
+                        let populated = cg.is_populated();
+                        let walk = live.member_rounds > 0 || !populated;
+                        live.member_rounds += 1;
+                        live.walked_after_empty |= walk && !populated;
+                        walk
+                    }
+                };
+                if walk {
+                    found.merge(scan(table, signaller).descendants(signaller));
+                }
+            }
+            Anchors::Command(Orphans::Marked) => {
+                let mut start = Members::default();
+                // The root, while unreaped: its number is still its own.
+                let root = live.root.as_ref().filter(|r| !r.exited());
+                if let Some(p) = root.and_then(|r| signaller.prove_child(None, r.pid()).ok()) {
+                    start.proven.push(p);
+                }
+                let root_pid = live.root.as_ref().map(PidRef::pid);
+                let table = scan(table, signaller);
+                for &pid in table.marked(&self.id) {
+                    if Some(pid) != root_pid {
+                        let proof = signaller.prove_by_marker(pid, &self.id, live.root_starttime);
+                        start.add(pid, proof);
+                    }
+                }
+                found.merge(table.walk(signaller, start));
+            }
+            Anchors::Taken { proven, .. } => {
+                let start = Members {
+                    proven: (proven.iter())
+                        .filter(|a| !a.has_exited())
+                        .filter_map(ProvenProcess::try_clone)
+                        .collect(),
+                    refused: Vec::new(),
+                };
+                found.merge(scan(table, signaller).walk(signaller, start));
+            }
+        }
+        found
+    }
+
+    /// How many live members a listing reports: while the tree's cgroup is populated,
+    /// its own proven members (what the kernel says the tree holds, without a look at
+    /// all of /proc); else [`Tree::members`]. A process moved out of the cgroup by hand
+    /// is not counted then; teardown's walk still finds it.
+    pub(crate) fn live_count(
+        &mut self,
+        signaller: &Signaller,
+        table: &mut Option<ProcTable>,
+    ) -> usize {
+        match self.live.cgroup() {
+            Some(cg) if cg.is_populated() => cg.members(signaller).proven.len(),
+            _ => self.members(signaller, table).proven.len(),
+        }
+    }
+
+    /// True when nothing of the tree is left.
+    fn is_empty(&mut self, signaller: &Signaller, host: &mut dyn Host) -> bool {
+        self.live.reap(host);
+        if self.live.is_populated() {
+            return false;
+        }
+        match self.anchors {
+            // Alone in its host: no child of the host left means no member left.
+            Anchors::Command(Orphans::AllOfHost) => self.live.no_children,
+            // A fresh proof of every member is the only evidence of emptiness here.
+            _ => self.members(signaller, &mut None).proven.is_empty(),
+        }
     }
 
     /// Forwards `sig` to the root through its pidfd (our unreaped child: its number
@@ -213,60 +474,21 @@ impl Tree {
         self.live.root_status.is_some() || self.live.root.as_ref().is_some_and(PidRef::exited)
     }
 
-    /// Tears the tree down: the whole tree through the escalation, or, in a PID
-    /// namespace, through the init (SIGTERM, then SIGKILL, which ends the namespace).
-    pub fn tear_down(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) {
-        if self.live.in_namespace() {
-            self.tear_down_namespace(cause, signaller);
-            return;
-        }
-        // CMD exited alone (the usual end): no "reaping" state to show, one commit less.
-        let empty = Escalating {
-            live: &mut self.live,
-            host,
-            recorder: &self.recorder,
-        }
-        .is_empty();
-        if !empty {
-            self.recorder.reaping();
-        }
-        let report = self.escalate(signaller, host);
-        if !report.empty {
-            tracing::warn!(
-                stuck = report.count(Outcome::Stuck),
-                "tree {} not empty after teardown",
-                self.id
-            );
-        }
-        self.live.reap(host);
-        if let Some(cg) = self.live.cgroup() {
-            if report.empty {
-                if let Err(e) = cg.remove(Duration::from_secs(2)) {
-                    tracing::warn!("cannot remove cgroup {}: {e}", cg.path.display());
-                }
-            }
-        }
+    /// CMD's exit status, once collected.
+    pub(crate) fn root_status(&self) -> Option<i32> {
+        self.live.root_status
     }
 
-    fn escalate(&mut self, signaller: &Signaller, host: &mut dyn Host) -> TeardownReport {
-        let recorder = &self.recorder;
-        let mut log = |event: AuditEvent| {
-            match &event {
-                AuditEvent::Signal { target, signal, .. } => {
-                    tracing::debug!(pid = target.pid, signal = signal.name(), "signalled")
-                }
-                AuditEvent::Refusal { pid, refusal } => tracing::warn!(pid, %refusal, "refused"),
-            }
-            recorder.audit(&event);
-        };
-        let mut source = Escalating {
-            live: &mut self.live,
-            host,
-            recorder,
-        };
-        let report = Escalation::with_grace(self.grace).run(signaller, &mut source, &mut log);
-        recorder.flush_audit();
-        report
+    /// Tears the tree down: the whole tree through the escalation, or, in a PID
+    /// namespace, through the init (SIGTERM, then SIGKILL, which ends the namespace).
+    /// Returns the members still alive afterwards.
+    pub fn tear_down(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) -> usize {
+        if self.live.in_namespace() {
+            self.tear_down_namespace(cause, signaller, host);
+            return usize::from(self.live.init_stuck);
+        }
+        let grace = self.grace;
+        tear_down_together(&mut [self], false, grace, signaller, host)
     }
 
     /// The pidns tier: SIGTERM to the init, which TERMs its whole namespace and exits
@@ -277,7 +499,7 @@ impl Tree {
     /// when it finds nothing left); the margin covers its exit. An init that cannot
     /// finish exiting is waiting in the kernel for a member stuck in uninterruptible
     /// sleep: it is reported stuck, not awaited.
-    fn tear_down_namespace(&mut self, cause: Cause, signaller: &Signaller) {
+    fn tear_down_namespace(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) {
         let Some(init) = &self.live.root else { return };
         if self.live.root_status.is_some() {
             return;
@@ -286,7 +508,12 @@ impl Tree {
             let _ = init.signal_own_child(signaller, Signal::TERM);
         }
         let margin = Duration::from_millis(500);
-        let mut exited = init.poll_until(Instant::now() + self.grace + margin);
+        let end = Instant::now() + self.grace + margin;
+        let mut exited = init.exited();
+        while !exited && Instant::now() < end && !host.out_of_patience() {
+            host.wait(end, &[(init.fd(), PollFlags::IN)]);
+            exited = init.exited();
+        }
         if !exited {
             let _ = init.signal_own_child(signaller, Signal::KILL);
             exited = init.poll_until(Instant::now() + KILL_CAP);
@@ -300,6 +527,34 @@ impl Tree {
             );
             self.live.init_stuck = true;
         }
+    }
+
+    /// Removes the tree's cgroup once it is empty (a released tree's members left it).
+    fn remove_cgroup(&self) {
+        if let Some(cg) = self.live.cgroup() {
+            // The usual end, an emptied leaf, takes one rmdir (and a second call
+            // finds it gone); the kernel refuses it (EBUSY) while a process or a child
+            // cgroup is left, and then the careful way below decides.
+            if matches!(
+                rustix::fs::rmdir(&cg.path),
+                Ok(()) | Err(rustix::io::Errno::NOENT)
+            ) {
+                return;
+            }
+            if cg.path.exists() && !cg.is_populated() {
+                if let Err(e) = cg.remove(Duration::from_secs(2)) {
+                    tracing::warn!("cannot remove cgroup {}: {e}", cg.path.display());
+                }
+            }
+        }
+    }
+
+    /// Stops guarding the tree, signalling nothing: its record says released (never
+    /// a candidate for `sweep` or `kill`); an emptied cgroup is removed (the caller
+    /// moved the members out).
+    pub(crate) fn release(mut self) {
+        self.remove_cgroup();
+        self.recorder.released();
     }
 
     /// Records the end and returns the status undertaker exits with: CMD's (the
@@ -318,235 +573,11 @@ impl Tree {
             self.recorder.finished(Some(code));
             return code;
         }
+        self.remove_cgroup();
         self.recorder.finished(live.root_status);
         live.root_status.unwrap_or(125)
     }
 }
 
-/// A tree being torn down, with the host that reaps and waits for it.
-struct Escalating<'a> {
-    live: &'a mut Live,
-    host: &'a mut dyn Host,
-    recorder: &'a Recorder,
-}
-
-impl TreeSource for Escalating<'_> {
-    fn members(&mut self, signaller: &Signaller) -> Members {
-        self.live.reap(self.host);
-        let live = &mut *self.live;
-        let Some(placement) = live.placement.as_ref().filter(|p| p.cgroup().is_some()) else {
-            return prove_descendants(signaller);
-        };
-        // Both views: a member that left our descendants (setsid + reparenting
-        // elsewhere) is still in the cgroup, and one that moved out of the cgroup is
-        // still our descendant. The cgroup is read from cgroup.procs; the descendant
-        // walk costs a scan of all of /proc, so the first (SIGTERM) round skips it while
-        // the cgroup is populated. Nothing is lost: a descendant outside the cgroup
-        // becomes our child (we are its subreaper) once its in-cgroup ancestors die, and
-        // then `needs_rescan` asks for a walk; every SIGKILL round walks anyway.
-        let mut members = placement.members(signaller);
-        let populated = placement.is_populated();
-        let walk = live.member_rounds > 0 || !populated;
-        live.member_rounds += 1;
-        if walk {
-            live.walked_after_empty |= !populated;
-            members.merge(prove_descendants(signaller));
-        }
-        members
-    }
-
-    fn first_strike(
-        &mut self,
-        signaller: &Signaller,
-        audit: &mut dyn FnMut(AuditEvent),
-    ) -> Option<i32> {
-        self.live.reap(self.host);
-        // CMD is unreaped (no status yet), so its number is still its own; prove_child
-        // pins it with a fresh pidfd and re-checks it is our child. The kernel then
-        // resolves the group from that process (PIDFD_SIGNAL_PROCESS_GROUP), never
-        // from a number that could have been recycled.
-        if self.live.root_status.is_some() {
-            return None;
-        }
-        let root_pid = self.live.root.as_ref()?.pid();
-        let root = signaller.prove_child(None, root_pid).ok()?;
-        // Only a group that cannot hold a stranger gets a group-wide signal: CMD's own
-        // group in CMD's own session (no terminal involved). A process can only join a
-        // group of its own session, and only CMD's descendants are ever in that one.
-        // In the guardian's session (a terminal) any process of the session could have
-        // joined: members are then proven and signalled one by one.
-        if root.identity.pgid != root.pid() || root.identity.sid != root.pid() {
-            return None;
-        }
-        match signaller.signal_group(&root, Signal::TERM) {
-            Ok(delivery) => {
-                audit(AuditEvent::Signal {
-                    target: root.identity.clone(),
-                    signal: Sig::Term,
-                    proof: root.proof.clone(),
-                    delivery,
-                });
-                (delivery == Delivery::Delivered).then_some(root.identity.pgid)
-            }
-            // Older kernels: the member walk signals everyone one by one anyway.
-            Err(refusal) => {
-                tracing::debug!(%refusal, "no process-group first strike");
-                None
-            }
-        }
-    }
-
-    fn watches_members(&self) -> bool {
-        // Emptiness is "no children and an unpopulated cgroup": SIGCHLD (signalfd) and
-        // cgroup.events wake us for both. A member that is not our child exits
-        // without either, but then its parent, a member too, is still there.
-        false
-    }
-
-    fn needs_rescan(&mut self) -> bool {
-        // A child of ours that is alive while the cgroup is empty lives outside it.
-        let live = &*self.live;
-        let Some(cg) = live.cgroup() else {
-            return false;
-        };
-        !live.walked_after_empty && !live.no_children && !cg.is_populated()
-    }
-
-    fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
-        // Queued audit entries are written before anything blocks.
-        self.recorder.flush_audit();
-        let mut fds: Vec<(BorrowedFd<'_>, PollFlags)> = Vec::with_capacity(watch.len() + 1);
-        if let Some(cg) = self.live.cgroup() {
-            // Reading re-arms the POLLPRI notification.
-            let _ = cg.is_populated();
-            fds.push((cg.events_fd(), PollFlags::PRI));
-        }
-        fds.extend(watch.iter().map(|p| (p.pidfd(), PollFlags::IN)));
-        self.host.wait(deadline, &fds);
-        drop(fds);
-        self.live.reap(self.host);
-    }
-
-    fn is_empty(&mut self) -> bool {
-        self.live.reap(self.host);
-        let populated = self
-            .live
-            .placement
-            .as_ref()
-            .is_some_and(Placement::is_populated);
-        self.live.no_children && !populated
-    }
-
-    fn kill_all(&mut self) -> bool {
-        self.live.cgroup().is_some_and(CgroupTree::kill)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    //! A tree's life without privileges: record → spawn → finish, in the subreaper
-    //! tier, with a host that lends nothing process-wide (this test binary's other
-    //! children are not ours to reap).
-    use super::*;
-    use crate::linux::kernel::poll::poll_until;
-    use crate::linux::kernel::procfs::Procfs;
-    use crate::linux::kernel::sys::BlockedSignals;
-    use crate::registry::lock::FileLock;
-    use crate::registry::record_file;
-    use crate::registry::{OwnerKind, Registry, StateDir, StoredState};
-    use crate::OwnerSpec;
-    use rustix::event::PollFd;
-    use std::os::unix::fs::PermissionsExt;
-    use std::path::PathBuf;
-
-    /// Reaps nothing and reports no other child: the tree's root is reaped through
-    /// its own pidfd, which is all a CMD that exits by itself needs.
-    struct LendingNothing;
-
-    impl Host for LendingNothing {
-        fn reap(&mut self, _exited: &mut dyn FnMut(i32, Option<i32>)) -> Option<bool> {
-            Some(true)
-        }
-
-        fn wait(&mut self, deadline: Instant, fds: &[(BorrowedFd<'_>, PollFlags)]) {
-            let mut polled: Vec<_> = fds.iter().map(|(fd, f)| PollFd::new(fd, *f)).collect();
-            poll_until(&mut polled, Some(deadline));
-        }
-    }
-
-    struct Scratch(PathBuf);
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    #[test]
-    fn record_spawn_finish() {
-        let scratch = Scratch(
-            std::env::temp_dir().join(format!("undertaker-tree-life-{}", std::process::id())),
-        );
-        let state = scratch.0.join("state");
-        std::fs::create_dir_all(&state).unwrap();
-        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
-        let me = signaller.me();
-        let opts = RunOptions {
-            command: ["sh", "-c", "exit 3"].map(Into::into).to_vec(),
-            label: Some("life".into()),
-            grace: Duration::from_secs(1),
-            owner: OwnerSpec::Parent,
-            tier: Tier::Subreaper,
-            state_dir: Some(state.clone()),
-        };
-        let id = TreeId::generate(&me.boot_id, [7; 12]);
-        let owner = OwnerRecord {
-            kind: OwnerKind::Pid,
-            pid: None,
-            starttime: None,
-        };
-        let dir = StateDir::prepare(&state, me.uid).unwrap();
-        let file = record_file::path_of(&dir, id.as_str());
-        let row = || record_file::read(&file).unwrap().tree;
-
-        // Recorded before anything runs: a record file, its lock held.
-        let mut tree =
-            Tree::record(&opts, id.clone(), Containment::Subreaper, &signaller, owner).unwrap();
-        assert_eq!(row().state, StoredState::Running);
-        assert!(FileLock::try_acquire(&file).unwrap().is_none(), "lock held");
-
-        let signals = BlockedSignals::new(&[]).unwrap();
-        tree.spawn(&Launch {
-            opts: &opts,
-            tree: &id,
-            signaller: &signaller,
-            nofile: None,
-            signals: &signals,
-            own_session: false,
-        })
-        .unwrap();
-        let root = tree.root().map(PidRef::pid).unwrap();
-        assert_eq!(row().root.map(|r| r.pid), Some(root));
-
-        let mut host = LendingNothing;
-        let exited = tree
-            .root()
-            .unwrap()
-            .poll_until(Instant::now() + Duration::from_secs(30));
-        assert!(exited, "CMD did not exit");
-        tree.reap(&mut host);
-        assert!(tree.root_exited());
-        tree.tear_down(Cause::CommandExited, &signaller, &mut host);
-        assert_eq!(tree.finish(), 3);
-
-        assert_eq!(row().state, StoredState::Finished);
-        // Finished: the lock is free, and the next command folds the file into a row.
-        let registry = Registry::open(&dir, &me.boot_id).unwrap();
-        assert!(registry.fold(&dir, &me.boot_id).is_empty());
-        assert!(!file.exists());
-        let done = registry.tree(id.as_str()).unwrap().unwrap();
-        assert_eq!(done.state, StoredState::Finished);
-        assert_eq!(done.exit_status, Some(3));
-    }
-}
+mod tests;

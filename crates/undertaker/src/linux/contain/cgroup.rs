@@ -1,19 +1,27 @@
 //! The cgroup v2 tier: one cgroup per tree, inherited by every fork, killed at once.
 //!
-//! Placement: as root, `<cgroup2 mount>/undertaker/`; otherwise our own cgroup when it
-//! is delegated to us (we can create children in it and write its `cgroup.procs`).
-//! Tree cgroups are leaves and undertaker never enables controllers, so the v2 "no
-//! internal processes" rule cannot bite: processes only ever live in leaves or in the
-//! cgroup we were already in, whose `subtree_control` we leave alone.
+//! Where tree cgroups go is `cgroup_place`'s business (beneath our own cgroup when
+//! possible). Tree cgroups are leaves and undertaker never enables controllers, so the
+//! v2 "no internal processes" rule cannot bite: processes only ever live in leaves or
+//! in the cgroup we were already in, whose `subtree_control` we leave alone.
 //!
 //! A tree cgroup is named `undertaker.<tree id>.<pidns inode>.<guardian pid>.<guardian
 //! starttime>` (cgroupfs holds no regular files, so the name is the record). A sweep
 //! finds leftovers with [`list_tree_cgroups`] even without a registry row, and judges
-//! the guardian alive only when it is in the sweeper's own PID namespace.
+//! the guardian by its pid and start time when it ran in the sweeper's own PID
+//! namespace, dead when its namespace provably has no process left, else unknown.
+
+mod replace;
 
 use crate::identity::TreeId;
+use crate::linux::contain::cgroup_place::{is_tree_cgroup_path, may_hold_trees};
 use crate::linux::kernel::poll::poll_until;
-use crate::linux::kernel::procfs::{parse_cgroup_v2, Procfs};
+// Placement and the mount live in `cgroup_place`; the tier is used through this module.
+pub use crate::linux::contain::cgroup_place::{
+    current_mount, locate, parse_cgroup2_mount, CgroupMount, Location,
+};
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::proof::empty_pidns;
 use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::{AuditEvent, Escalation, TeardownReport, TreeSource};
 use rustix::event::{PollFd, PollFlags};
@@ -26,97 +34,6 @@ use std::time::{Duration, Instant};
 /// Name prefix of every cgroup undertaker creates.
 pub const NAME_PREFIX: &str = "undertaker.";
 
-/// A cgroup2 mount, from /proc/self/mountinfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgroupMount {
-    /// Where it is mounted (e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified).
-    pub mount_point: PathBuf,
-    /// Which cgroup of the hierarchy the mount shows at its root (usually "/").
-    pub root: String,
-}
-
-/// Decodes the octal escapes (`\040` for space) mountinfo uses in paths.
-fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            if let Ok(byte) = u8::try_from(v) {
-                out.push(byte);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The first cgroup2 mount in a mountinfo text.
-pub fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split(' ').next()? != "cgroup2" {
-            return None;
-        }
-        let fields: Vec<&str> = left.split(' ').collect();
-        Some(CgroupMount {
-            root: unescape(fields.get(3)?),
-            mount_point: PathBuf::from(unescape(fields.get(4)?)),
-        })
-    })
-}
-
-impl CgroupMount {
-    /// The directory of cgroup `rel` (as /proc/PID/cgroup prints it), if this mount
-    /// shows it.
-    pub fn dir_of(&self, rel: &str) -> Option<PathBuf> {
-        let root = self.root.trim_end_matches('/');
-        let rest = rel.strip_prefix(root)?;
-        if !(rest.is_empty() || rest.starts_with('/')) {
-            return None;
-        }
-        Some(self.mount_point.join(rest.trim_start_matches('/')))
-    }
-
-    /// The cgroup path (as /proc/PID/cgroup prints it) of directory `dir`.
-    pub fn rel_of(&self, dir: &Path) -> Option<String> {
-        let rest = dir.strip_prefix(&self.mount_point).ok()?;
-        let root = self.root.trim_end_matches('/');
-        let rest = rest.to_str()?;
-        Some(if rest.is_empty() {
-            if root.is_empty() {
-                "/".into()
-            } else {
-                root.into()
-            }
-        } else {
-            format!("{root}/{rest}")
-        })
-    }
-}
-
-/// Where tree cgroups are created.
-#[derive(Debug, Clone)]
-pub struct Location {
-    pub mount: CgroupMount,
-    /// The directory tree cgroups are created in.
-    pub parent: PathBuf,
-    /// "root" (`<mount>/undertaker`, as root) or "delegated" (our own cgroup).
-    pub kind: &'static str,
-}
-
-pub fn current_mount() -> Result<CgroupMount, String> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    parse_cgroup2_mount(&text).ok_or_else(|| "no cgroup2 filesystem is mounted".into())
-}
-
 /// The cgroup directory `pid` is in now.
 pub fn dir_of_process(procfs: &Procfs, pid: i32) -> Option<PathBuf> {
     let rel = procfs.cgroup_v2_path(pid).ok()??;
@@ -126,63 +43,6 @@ pub fn dir_of_process(procfs: &Procfs, pid: i32) -> Option<PathBuf> {
 /// Writes `pid` to `dir`'s cgroup.procs.
 pub fn move_to(dir: &Path, pid: i32) -> io::Result<()> {
     std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-}
-
-fn writable(path: &Path) -> bool {
-    rustix::fs::access(path, rustix::fs::Access::WRITE_OK).is_ok()
-}
-
-/// Finds a place where this process may create tree cgroups and move its children
-/// into them, or says why there is none.
-pub fn locate() -> Result<Location, String> {
-    let mount = current_mount()?;
-    let own = std::fs::read_to_string("/proc/self/cgroup")
-        .ok()
-        .and_then(|t| parse_cgroup_v2(&t))
-        .ok_or("this process is in no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")?;
-    let mut why = Vec::new();
-    if rustix::process::geteuid().is_root() {
-        let dir = mount.mount_point.join("undertaker");
-        match rustix::fs::mkdir(&dir, Mode::from_raw_mode(0o755)) {
-            // Root of a user namespace is not root of the cgroupfs: the directory
-            // may exist yet belong to an unmapped owner, so check we can write it.
-            Ok(()) | Err(rustix::io::Errno::EXIST) if writable(&dir) => {
-                return Ok(Location {
-                    mount,
-                    parent: dir,
-                    kind: "root",
-                })
-            }
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {
-                why.push(format!("{} is not writable by us", dir.display()))
-            }
-            Err(e) => why.push(format!("cannot create {}: {e}", dir.display())),
-        }
-    }
-    match mount.dir_of(&own) {
-        None => why.push(format!(
-            "our cgroup {own} is outside the cgroup2 mount at {}",
-            mount.mount_point.display()
-        )),
-        Some(dir) => {
-            let kind = std::fs::read_to_string(dir.join("cgroup.type")).unwrap_or_default();
-            if kind.trim().contains("threaded") {
-                why.push(format!("our cgroup {own} is threaded"));
-            } else if !writable(&dir) || !writable(&dir.join("cgroup.procs")) {
-                why.push(format!(
-                    "our cgroup {} is not delegated to us (not writable)",
-                    dir.display()
-                ));
-            } else {
-                return Ok(Location {
-                    mount,
-                    parent: dir,
-                    kind: "delegated",
-                });
-            }
-        }
-    }
-    Err(why.join("; "))
 }
 
 /// Name of a tree's cgroup directory.
@@ -247,9 +107,17 @@ impl CgroupTree {
         })
     }
 
-    /// Opens an existing tree cgroup (for a sweep).
+    /// Opens an existing tree cgroup (for a sweep or a take-over). Only a tree cgroup
+    /// in a place that may hold trees is opened: a record naming any other cgroup is
+    /// not acted on.
     pub fn open(path: &Path) -> io::Result<Self> {
         let mount = current_mount().map_err(io::Error::other)?;
+        if !is_tree_cgroup_path(&mount, path) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is not a tree cgroup", path.display()),
+            ));
+        }
         Self::open_in(&mount, path.to_path_buf())
     }
 
@@ -288,13 +156,17 @@ impl CgroupTree {
     /// `populated` from cgroup.events. Reading re-arms the POLLPRI notification.
     /// Unreadable counts as populated: never conclude "empty" without evidence.
     pub fn is_populated(&self) -> bool {
+        !self.events_say("populated 0")
+    }
+
+    /// Whether `cgroup.events` has the line `line` (false when unreadable).
+    fn events_say(&self, line: &str) -> bool {
         let mut buf = [0u8; 256];
-        match rustix::io::pread(&self.events, &mut buf, 0) {
-            Ok(n) => !String::from_utf8_lossy(&buf[..n])
+        rustix::io::pread(&self.events, &mut buf, 0).is_ok_and(|n| {
+            String::from_utf8_lossy(&buf[..n])
                 .lines()
-                .any(|l| l.trim() == "populated 0"),
-            Err(_) => true,
-        }
+                .any(|l| l.trim() == line)
+        })
     }
 
     /// This cgroup and every cgroup below it, parents first, as (directory, cgroup
@@ -304,10 +176,16 @@ impl CgroupTree {
         /// Bounds the walk: a tree cannot make the guardian scan forever.
         const MAX_CGROUPS: usize = 10_000;
         let mut out = vec![(self.path.clone(), self.id, self.rel.clone())];
+        // Link counts: a directory with none but 2 has no child cgroup (see
+        // [`PidsReader::pids_at`]) and is not listed.
+        let mut links = vec![rustix::fs::stat(&self.path).map_or(0, |st| st.st_nlink)];
         let mut next = 0;
         while next < out.len() && out.len() < MAX_CGROUPS {
             let (dir, _, rel) = out[next].clone();
             next += 1;
+            if links[next - 1] == 2 {
+                continue;
+            }
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
             };
@@ -321,6 +199,7 @@ impl CgroupTree {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let child_rel = format!("{}/{name}", rel.trim_end_matches('/'));
                 out.push((entry.path(), st.st_ino, child_rel));
+                links.push(st.st_nlink);
             }
         }
         out
@@ -328,37 +207,35 @@ impl CgroupTree {
 
     /// Pids listed in `cgroup.procs` of `dir`.
     fn pids_of(dir: &Path) -> Vec<i32> {
-        std::fs::read_to_string(dir.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        Self::pids_of_at(rustix::fs::CWD, dir)
     }
 
-    /// Pids in the cgroup at `path` (under `mount`) and every cgroup below it, for
-    /// counting only: the cgroup is not opened as a tree, so listing many cgroups reads
-    /// mountinfo once (the caller's `mount`) instead of once per cgroup.
-    pub fn pids_at(mount: &CgroupMount, path: &Path) -> Vec<i32> {
-        /// Bounds the walk, as [`Self::subtree`] does.
-        const MAX_CGROUPS: usize = 10_000;
-        if mount.rel_of(path).is_none() {
-            return Vec::new();
-        }
-        let mut dirs = vec![path.to_path_buf()];
-        let mut next = 0;
-        while next < dirs.len() && dirs.len() < MAX_CGROUPS {
-            let Ok(entries) = std::fs::read_dir(&dirs[next]) else {
-                next += 1;
-                continue;
-            };
-            next += 1;
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    dirs.push(entry.path());
-                }
-            }
-        }
-        dirs.iter().flat_map(|d| Self::pids_of(d)).collect()
+    /// Pids listed in `cgroup.procs` of `dir`, relative to the open directory `base`
+    /// (none when it cannot be read).
+    fn pids_of_at(base: BorrowedFd<'_>, dir: &Path) -> Vec<i32> {
+        Self::try_pids_of_at(base, dir).unwrap_or_default()
+    }
+
+    /// Pids listed in `cgroup.procs` of `dir`, relative to `base`; an unreadable list
+    /// is an error, never "empty".
+    fn try_pids_of_at(base: BorrowedFd<'_>, dir: &Path) -> io::Result<Vec<i32>> {
+        use std::io::Read;
+        // Read to its end without std's size probe (cgroupfs reports size 0, and a
+        // `ps` reads one of these per tree): open, read, read, close.
+        let mut text = Vec::with_capacity(4096);
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let read = rustix::fs::openat(base, dir.join("cgroup.procs"), flags, Mode::empty())
+            .map_err(io::Error::from)
+            .and_then(|fd| {
+                std::fs::File::from(fd)
+                    .take(64 << 20)
+                    .read_to_end(&mut text)
+            });
+        read?;
+        Ok(String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
     }
 
     /// Pids in this cgroup and every cgroup below it.
@@ -418,6 +295,60 @@ impl CgroupTree {
     }
 }
 
+/// Reads the processes of many tree cgroups (`ps` reads one per tree): each is reached
+/// from its parent directory, opened once, instead of walked from `/` through sysfs,
+/// the cgroup mounts and every directory down (most of the cost of the read).
+#[derive(Default)]
+pub struct PidsReader {
+    parents: std::collections::HashMap<PathBuf, Option<OwnedFd>>,
+}
+
+impl PidsReader {
+    /// Pids in the cgroup at `path` (under `mount`) and every cgroup below it, for
+    /// counting only: the cgroup is not opened as a tree, so listing many cgroups reads
+    /// mountinfo once (the caller's `mount`) instead of once per cgroup.
+    pub fn pids_at(&mut self, mount: &CgroupMount, path: &Path) -> Vec<i32> {
+        /// Bounds the walk, as [`CgroupTree::subtree`] does.
+        const MAX_CGROUPS: usize = 10_000;
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Vec::new();
+        };
+        if mount.rel_of(path).is_none() {
+            return Vec::new();
+        }
+        let opened = self.parents.entry(parent.to_path_buf()).or_insert_with(|| {
+            let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+            rustix::fs::open(parent, flags, Mode::empty()).ok()
+        });
+        let (base, rel) = match opened.as_ref() {
+            Some(fd) => (fd.as_fd(), Path::new(name)),
+            None => (rustix::fs::CWD, path),
+        };
+        // A cgroup directory's link count is 2 plus its child cgroups (kernfs): a leaf,
+        // the usual tree cgroup, is known without listing it (one statx, not four calls).
+        match rustix::fs::statat(base, rel, rustix::fs::AtFlags::empty()) {
+            Ok(st) if st.st_nlink == 2 => return CgroupTree::pids_of_at(base, rel),
+            Ok(_) => {}
+            Err(_) => return Vec::new(),
+        }
+        let mut dirs = vec![path.to_path_buf()];
+        let mut next = 0;
+        while next < dirs.len() && dirs.len() < MAX_CGROUPS {
+            let Ok(entries) = std::fs::read_dir(&dirs[next]) else {
+                next += 1;
+                continue;
+            };
+            next += 1;
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        dirs.iter().flat_map(|d| CgroupTree::pids_of(d)).collect()
+    }
+}
+
 /// rmdir of an empty cgroup, retrying EBUSY until `end`.
 fn remove_dir(dir: &Path, end: Instant) -> io::Result<()> {
     // The release usually completes within microseconds: start the back-off small
@@ -438,11 +369,16 @@ fn remove_dir(dir: &Path, end: Instant) -> io::Result<()> {
 /// A cgroup as a teardown source on its own (for the sweep: no guardian to reap).
 pub struct CgroupSource<'a> {
     pub tree: &'a CgroupTree,
+    /// A process in the cgroup was refused (e.g. another user's): cgroup.kill would
+    /// kill it too, so the kernel-side kill is never used then.
+    pub refused: bool,
 }
 
 impl TreeSource for CgroupSource<'_> {
     fn members(&mut self, signaller: &Signaller) -> Members {
-        self.tree.members(signaller)
+        let members = self.tree.members(signaller);
+        self.refused |= !members.refused.is_empty();
+        members
     }
     fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
         self.tree.wait(deadline, watch);
@@ -451,15 +387,16 @@ impl TreeSource for CgroupSource<'_> {
         !self.tree.is_populated()
     }
     fn kill_all(&mut self) -> bool {
-        self.tree.kill()
+        !self.refused && self.tree.kill()
     }
 }
 
 /// Tears down the tree in the cgroup at `path` (whose guardian is dead) and removes the
 /// cgroup: TERM round through proven pidfds, grace, then cgroup.kill, every signal and
-/// refusal passed to `audit`. Everything in the cgroup dies, including a descendant
-/// that scrubbed its environment and left its session: cgroup membership is
-/// inherited, not declared.
+/// refusal passed to `audit`. Everything proven in the cgroup dies, including a
+/// descendant that scrubbed its environment and left its session: cgroup membership is
+/// inherited, not declared. A cgroup holding a refused process gets no cgroup.kill
+/// (it would kill what the ladder refused): its proven members get SIGKILL one by one.
 pub fn sweep_orphaned_cgroup(
     signaller: &Signaller,
     path: &Path,
@@ -480,7 +417,11 @@ pub fn sweep_orphaned_cgroup(
             return TeardownReport::default();
         }
     };
-    let report = escalation.run(signaller, &mut CgroupSource { tree: &tree }, audit);
+    let mut source = CgroupSource {
+        tree: &tree,
+        refused: false,
+    };
+    let report = escalation.run(signaller, &mut source, audit);
     if report.empty {
         if let Err(e) = tree.remove(Duration::from_secs(2)) {
             tracing::warn!("cannot remove cgroup {}: {e}", path.display());
@@ -494,8 +435,11 @@ pub fn sweep_orphaned_cgroup(
 #[serde(rename_all = "snake_case")]
 pub enum GuardianState {
     Alive,
+    /// Its pid no longer has its start time in our namespace, or it ran in a PID
+    /// namespace that provably has no process left ([`empty_pidns`]).
     Dead,
-    /// The guardian ran in another PID namespace: its pid means nothing here.
+    /// The guardian ran in another PID namespace, which may still have processes: its
+    /// pid means nothing here.
     Unknown,
 }
 
@@ -504,6 +448,8 @@ pub enum GuardianState {
 pub struct FoundTreeCgroup {
     pub path: PathBuf,
     pub tree: TreeId,
+    /// The inode of the PID namespace the guardian ran in (0: it could not tell).
+    pub guardian_pidns: u64,
     pub guardian_pid: i32,
     pub guardian_starttime: u64,
     pub guardian: GuardianState,
@@ -511,12 +457,16 @@ pub struct FoundTreeCgroup {
 
 /// Every undertaker tree cgroup under the cgroup2 mount (a bounded walk), with whether
 /// its guardian is alive. Sweep the `Dead` ones with [`sweep_orphaned_cgroup`].
+///
+/// A guardian of another PID namespace is `Dead` only when a census of every process,
+/// taken after the walk found its cgroup, finds no process in that namespace (possible
+/// from the initial PID namespace only: [`empty_pidns`]); otherwise `Unknown`.
 pub fn list_tree_cgroups(procfs: &Procfs) -> Vec<FoundTreeCgroup> {
     let Ok(mount) = current_mount() else {
         return Vec::new();
     };
     let ours = own_pidns();
-    let mut found = Vec::new();
+    let mut named = Vec::new();
     let mut stack = vec![(mount.mount_point.clone(), 0usize)];
     let mut visited = 0usize;
     while let Some((dir, depth)) = stack.pop() {
@@ -530,80 +480,52 @@ pub fn list_tree_cgroups(procfs: &Procfs) -> Vec<FoundTreeCgroup> {
             visited += 1;
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if let Some(facts) = parse_dir_name(&name) {
-                let guardian = if ours != Some(facts.pidns) {
-                    GuardianState::Unknown
-                } else {
-                    match procfs.stat(facts.guardian_pid) {
-                        Ok(st) if st.starttime == facts.guardian_starttime => GuardianState::Alive,
-                        _ => GuardianState::Dead,
-                    }
-                };
-                found.push(FoundTreeCgroup {
-                    path: entry.path(),
-                    tree: facts.tree,
-                    guardian_pid: facts.guardian_pid,
-                    guardian_starttime: facts.guardian_starttime,
-                    guardian,
-                });
+            // The walk never enters a tree cgroup, so every parent it looks in may
+            // hold trees; the rule is checked anyway, so that it lives in one place.
+            let facts = parse_dir_name(&name).filter(|_| may_hold_trees(&mount, &dir));
+            if let Some(facts) = facts {
+                named.push((entry.path(), facts));
             } else if depth < 16 && visited < 100_000 {
                 stack.push((entry.path(), depth + 1));
             }
         }
     }
-    found
+    // After the walk, never before (see [`empty_pidns`]), and only when needed: it
+    // reads every process.
+    let foreign = named
+        .iter()
+        .map(|(_, f)| f.pidns)
+        .filter(|&ns| ours != Some(ns))
+        .collect();
+    let empty = empty_pidns::provably_empty(&foreign);
+    named
+        .into_iter()
+        .map(|(path, facts)| {
+            let guardian = if ours == Some(facts.pidns) {
+                match procfs.stat(facts.guardian_pid) {
+                    Ok(st) if st.starttime == facts.guardian_starttime => GuardianState::Alive,
+                    _ => GuardianState::Dead,
+                }
+            } else if empty.contains(&facts.pidns) {
+                GuardianState::Dead
+            } else {
+                GuardianState::Unknown
+            };
+            FoundTreeCgroup {
+                path,
+                tree: facts.tree,
+                guardian_pidns: facts.pidns,
+                guardian_pid: facts.guardian_pid,
+                guardian_starttime: facts.guardian_starttime,
+                guardian,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const HYBRID: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
-        40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n\
-        41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-
-    #[test]
-    fn finds_cgroup2_on_hybrid_and_unified() {
-        let m = parse_cgroup2_mount(HYBRID).unwrap();
-        assert_eq!(m.mount_point, PathBuf::from("/sys/fs/cgroup/unified"));
-        assert_eq!(m.root, "/");
-        let unified =
-            "30 24 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-        let m = parse_cgroup2_mount(unified).unwrap();
-        assert_eq!(m.mount_point, PathBuf::from("/sys/fs/cgroup"));
-        assert_eq!(parse_cgroup2_mount("garbage\n\n - \n"), None);
-    }
-
-    #[test]
-    fn unescapes_mount_points() {
-        let line = "41 31 0:38 /a\\040b /mnt/c\\040g rw - cgroup2 cgroup2 rw\n";
-        let m = parse_cgroup2_mount(line).unwrap();
-        assert_eq!(m.mount_point, PathBuf::from("/mnt/c g"));
-        assert_eq!(m.root, "/a b");
-    }
-
-    #[test]
-    fn maps_between_cgroup_paths_and_dirs() {
-        let m = CgroupMount {
-            mount_point: "/sys/fs/cgroup".into(),
-            root: "/".into(),
-        };
-        assert_eq!(m.dir_of("/"), Some(PathBuf::from("/sys/fs/cgroup")));
-        assert_eq!(
-            m.dir_of("/user.slice/x.scope"),
-            Some(PathBuf::from("/sys/fs/cgroup/user.slice/x.scope"))
-        );
-        assert_eq!(m.rel_of(Path::new("/sys/fs/cgroup/a/b")).unwrap(), "/a/b");
-        assert_eq!(m.rel_of(Path::new("/sys/fs/cgroup")).unwrap(), "/");
-        let sub = CgroupMount {
-            mount_point: "/cg".into(),
-            root: "/kube/pod".into(),
-        };
-        assert_eq!(sub.dir_of("/kube/pod/c"), Some(PathBuf::from("/cg/c")));
-        assert_eq!(sub.dir_of("/kube/podx"), None);
-        assert_eq!(sub.dir_of("/other"), None);
-        assert_eq!(sub.rel_of(Path::new("/cg/c")).unwrap(), "/kube/pod/c");
-    }
 
     #[test]
     fn dir_names_round_trip_and_reject_strangers() {
@@ -629,10 +551,8 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn parsers_never_panic(s in "\\PC*") {
-            let _ = parse_cgroup2_mount(&s);
+        fn name_parser_never_panics(s in "\\PC*") {
             let _ = parse_dir_name(&s);
-            let _ = unescape(&s);
         }
     }
 }

@@ -107,23 +107,14 @@ impl Placement {
     /// starts CMD. Returns the process the guardian watches (CMD or the init).
     pub fn spawn(&mut self, launch: &Launch<'_>) -> Result<PidRef, RunError> {
         let (program, _) = launch
-            .opts
             .command
+            .argv
             .split_first()
             .ok_or_else(|| RunError::Usage("no command given".into()))?;
         match self {
             Placement::Subreaper => spawn_with_std(launch, None, None),
             Placement::Cgroup(cg) => {
-                let pgrp = launch.signaller.host_pgrp();
-                let direct = spawn_directly_into(
-                    cg,
-                    launch.opts,
-                    launch.tree,
-                    pgrp,
-                    launch.nofile,
-                    launch.own_session,
-                )
-                .map_err(|e| {
+                let direct = spawn_directly_into(cg, launch).map_err(|e| {
                     let _ = cg.remove(Duration::ZERO);
                     spawn_error(program, e)
                 })?;
@@ -138,9 +129,9 @@ impl Placement {
             }
             Placement::Pidns(alive) => {
                 let spec = pidns::InitSpec {
-                    command: &launch.opts.command,
+                    command: &launch.command.argv,
                     tree: launch.tree,
-                    grace: launch.opts.grace,
+                    grace: launch.grace,
                     nofile: launch.nofile,
                     own_session: launch.own_session,
                     host_pgrp: launch.signaller.host_pgrp(),

@@ -6,11 +6,10 @@
 use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
+use crate::linux::proof::pidref::PidRef;
 use crate::registry::{OwnerKind, OwnerRecord};
 use crate::{OwnerSpec, RunError};
-use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
-use rustix::process::{Pid, PidfdFlags};
 
 pub(crate) enum Owner {
     /// We are PID 1 of a namespace: nobody above us to outlive.
@@ -25,7 +24,8 @@ pub(crate) enum Owner {
 }
 
 /// An owner fd must be able to report the owner's end: the read end of a pipe (EOF
-/// when the last writer closes) or a connected socket (EOF when the peer goes).
+/// when the last writer closes) or a connected stream (or seqpacket) socket (EOF when
+/// the peer goes; a datagram socket never reads end of file).
 /// Anything else either never ends (/dev/zero: always readable, spins the guardian)
 /// or ends at once (a file, a write end). Returns what the fd is when it is neither.
 fn check_owner_fd(fd: &OwnedFd) -> Result<(), String> {
@@ -43,6 +43,13 @@ fn check_owner_fd(fd: &OwnedFd) -> Result<(), String> {
         FileType::Socket => {
             if rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false) {
                 return Err("a listening socket".into());
+            }
+            use rustix::net::SocketType;
+            match rustix::net::sockopt::socket_type(fd) {
+                Ok(SocketType::STREAM | SocketType::SEQPACKET) => {}
+                Ok(SocketType::DGRAM) => return Err("a datagram socket".into()),
+                Ok(_) => return Err("a socket of a kind that never reads end of file".into()),
+                Err(e) => return Err(format!("a socket of unknown type ({e})")),
             }
             match rustix::net::getpeername(fd) {
                 Ok(_) => Ok(()),
@@ -66,9 +73,9 @@ impl Owner {
                 let Some(ppid) = ppid else {
                     return Ok(Owner::None);
                 };
-                let fd = rustix::process::pidfd_open(ppid, PidfdFlags::empty()).map_err(|_| {
-                    RunError::OwnerGone(format!("parent {}", ppid.as_raw_nonzero()))
-                })?;
+                let fd = PidRef::open(ppid.as_raw_nonzero().get())
+                    .map_err(|_| RunError::OwnerGone(format!("parent {}", ppid.as_raw_nonzero())))?
+                    .into_fd();
                 // Re-check after opening: if the parent died first we were reparented
                 // and would be watching a stranger.
                 if rustix::process::getppid() != Some(ppid) || readable_now(fd.as_fd()) {
@@ -83,10 +90,12 @@ impl Owner {
                 })
             }
             OwnerSpec::Pid(pid) => {
-                let raw = Pid::from_raw(pid)
-                    .ok_or_else(|| RunError::Usage(format!("invalid owner pid {pid}")))?;
-                let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())
-                    .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?;
+                if pid <= 0 {
+                    return Err(RunError::Usage(format!("invalid owner pid {pid}")));
+                }
+                let fd = PidRef::open(pid)
+                    .map_err(|_| RunError::OwnerGone(format!("pid {pid}")))?
+                    .into_fd();
                 if readable_now(fd.as_fd()) {
                     return Err(RunError::OwnerGone(format!("pid {pid}")));
                 }
@@ -97,7 +106,7 @@ impl Owner {
                     .map_err(|e| RunError::Usage(format!("--owner-fd {n}: {e}")))?;
                 check_owner_fd(&fd).map_err(|what| {
                     RunError::Usage(format!(
-                        "--owner-fd {n}: fd {n} is {what}, not the read end of a pipe or a connected socket"
+                        "--owner-fd {n}: fd {n} is {what}, not the read end of a pipe or a connected stream socket"
                     ))
                 })?;
                 rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK)
@@ -108,14 +117,6 @@ impl Owner {
                 }
                 Ok(owner)
             }
-        }
-    }
-
-    pub(crate) fn poll_fd(&self) -> Option<PollFd<'_>> {
-        match self {
-            Owner::None => None,
-            Owner::Process { fd, .. } => Some(PollFd::new(fd, PollFlags::IN)),
-            Owner::Pipe { fd } => Some(PollFd::new(fd, PollFlags::IN)),
         }
     }
 
@@ -152,6 +153,22 @@ impl Owner {
             kind,
             pid,
             starttime,
+        }
+    }
+
+    /// The fd whose readability means the owner is gone (or wrote on its pipe).
+    pub(crate) fn fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        match self {
+            Owner::None => None,
+            Owner::Process { fd, .. } | Owner::Pipe { fd } => Some(fd.as_fd()),
+        }
+    }
+
+    /// The owner process's pid, when the owner is a process.
+    pub(crate) fn pid(&self) -> Option<i32> {
+        match self {
+            Owner::Process { pid, .. } => Some(*pid),
+            _ => None,
         }
     }
 

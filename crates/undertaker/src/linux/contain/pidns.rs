@@ -18,7 +18,7 @@ use crate::linux::proof::signal::{signal_whole_namespace, NamespaceInit, Signall
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::mount::{MountFlags, MountPropagationFlags};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions, WaitOptions};
+use rustix::process::{Signal, WaitId, WaitIdOptions, WaitOptions};
 use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
@@ -246,11 +246,9 @@ fn run_init(
     let cmd_pid = child.id() as i32;
     drop(child);
     // Unreaped child: the number is still CMD's.
-    let cmd_fd = rustix::process::pidfd_open(
-        Pid::from_raw(cmd_pid).expect("spawned child has a positive pid"),
-        PidfdFlags::empty(),
-    )
-    .map_err(|e| (125, format!("pidfd_open: {e}")))?;
+    let cmd_fd = crate::linux::proof::pidref::PidRef::open(cmd_pid)
+        .map_err(|e| (125, format!("pidfd_open: {e}")))?
+        .into_fd();
 
     let mut status: Option<i32> = None;
     let mut teardown_until: Option<Instant> = None;

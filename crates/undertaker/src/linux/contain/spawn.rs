@@ -8,14 +8,74 @@ use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::kernel::sys::{self, BlockedSignals};
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
-use crate::{RunError, RunOptions};
+use crate::RunError;
 use rustix::fd::{AsFd, OwnedFd};
+use std::ffi::OsString;
 use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::Duration;
+
+/// The command a tree starts: `run`'s CMD, or what a `supervise` host asked for.
+#[derive(Debug, Default)]
+pub struct CommandSpec {
+    pub argv: Vec<OsString>,
+    /// Set on top of the inherited environment (an empty one with `env_clear`).
+    pub env: Vec<(OsString, OsString)>,
+    pub env_clear: bool,
+    pub cwd: Option<PathBuf>,
+    pub stdio: StdioSpec,
+}
+
+/// Where the command's standard streams go.
+#[derive(Debug, Default)]
+pub enum StdioSpec {
+    /// Ours (`run`: CMD shares undertaker's terminal or pipes).
+    #[default]
+    Inherit,
+    /// /dev/null (a supervisor's own stdio is its protocol channel).
+    Null,
+    /// stdin, stdout, stderr as given.
+    Fds([OwnedFd; 3]),
+}
+
+impl CommandSpec {
+    /// `argv` with nothing changed.
+    pub fn plain(argv: Vec<OsString>) -> Self {
+        Self {
+            argv,
+            ..Self::default()
+        }
+    }
+
+    /// True when clone3 straight into the cgroup can start it: nothing to set up
+    /// in the child but what that path does (stdio redirection and a working
+    /// directory go through std's spawn).
+    fn clone3_can_start(&self) -> bool {
+        matches!(self.stdio, StdioSpec::Inherit) && self.cwd.is_none()
+    }
+
+    /// The environment the command gets, marker included.
+    fn environment(&self, tree: &TreeId) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = match self.env_clear {
+            true => Vec::new(),
+            false => std::env::vars_os().collect(),
+        };
+        for (k, v) in &self.env {
+            env.retain(|(key, _)| key != k);
+            env.push((k.clone(), v.clone()));
+        }
+        env.retain(|(key, _)| key != TREE_MARKER);
+        env.push((TREE_MARKER.into(), tree.as_str().into()));
+        env
+    }
+}
 
 /// What starting CMD needs besides the placement.
 pub struct Launch<'a> {
-    pub opts: &'a RunOptions,
+    pub command: &'a CommandSpec,
+    /// The namespace init's grace period (pidns tier).
+    pub grace: Duration,
     pub tree: &'a TreeId,
     pub signaller: &'a Signaller,
     /// The soft RLIMIT_NOFILE CMD gets back.
@@ -27,27 +87,52 @@ pub struct Launch<'a> {
 }
 
 /// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
-/// CLONE_INTO_CGROUP: then the child joins its cgroup through `join_fd` before exec).
+/// CLONE_INTO_CGROUP, or a command with its own stdio or cwd: then the child joins
+/// its cgroup through `join_fd` before exec).
 pub(crate) fn spawn_with_std(
     launch: &Launch<'_>,
     cgroup_tree: Option<&CgroupTree>,
     join_fd: Option<OwnedFd>,
 ) -> Result<PidRef, RunError> {
     let Launch {
-        opts,
+        command: spec,
         tree,
         signaller,
         nofile,
         own_session,
         ..
     } = *launch;
-    let (program, args) = opts
-        .command
+    let (program, args) = spec
+        .argv
         .split_first()
         .ok_or_else(|| RunError::Usage("no command given".into()))?;
     let mut cmd = std::process::Command::new(program);
     // Its own group (or session) comes from the child setup.
-    cmd.args(args).env(TREE_MARKER, tree.as_str());
+    cmd.args(args);
+    if spec.env_clear {
+        cmd.env_clear();
+    }
+    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(TREE_MARKER, tree.as_str());
+    if let Some(dir) = &spec.cwd {
+        cmd.current_dir(dir);
+    }
+    match &spec.stdio {
+        StdioSpec::Inherit => {}
+        StdioSpec::Null => {
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+        }
+        StdioSpec::Fds([i, o, e]) => {
+            let dup = |fd: &OwnedFd| {
+                fd.try_clone()
+                    .map(Stdio::from)
+                    .map_err(|e| RunError::Setup(format!("duplicating a descriptor: {e}")))
+            };
+            cmd.stdin(dup(i)?).stdout(dup(o)?).stderr(dup(e)?);
+        }
+    }
     sys::install_child_setup(
         &mut cmd,
         signaller.host_pgrp(),
@@ -61,10 +146,21 @@ pub(crate) fn spawn_with_std(
             let _ = cg.remove(Duration::ZERO);
         }
         if e.raw_os_error() == Some(sys::CGROUP_JOIN_FAILED) {
-            RunError::Setup("could not move the command into its cgroup; it was not started".into())
-        } else {
-            spawn_error(program, e)
+            return RunError::Setup(
+                "could not move the command into its cgroup; it was not started".into(),
+            );
         }
+        // The child's chdir and exec fail alike (std reports both as the spawn's
+        // error): a cwd it cannot enter is the step that failed, so say so.
+        if let Some(dir) = &spec.cwd {
+            if let Some(why) = cwd_unusable(dir) {
+                return RunError::Cwd {
+                    dir: dir.to_string_lossy().into_owned(),
+                    why,
+                };
+            }
+        }
+        spawn_error(program, e)
     })?;
     drop(join_fd);
     let root_pid = child.id() as i32;
@@ -75,47 +171,53 @@ pub(crate) fn spawn_with_std(
     Ok(root)
 }
 
+/// Why a command could not enter `dir`, if it could not: missing, not a directory,
+/// or no search permission for us.
+fn cwd_unusable(dir: &std::path::Path) -> Option<String> {
+    match std::fs::metadata(dir) {
+        Err(e) => return Some(e.to_string()),
+        Ok(m) if !m.is_dir() => return Some("not a directory".into()),
+        Ok(_) => {}
+    }
+    rustix::fs::access(dir, rustix::fs::Access::EXEC_OK)
+        .err()
+        .map(|e| format!("cannot enter: {e}"))
+}
+
 /// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
 /// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
 pub(crate) fn spawn_directly_into(
     cg: &CgroupTree,
-    opts: &RunOptions,
-    tree: &TreeId,
-    guardian_pgrp: i32,
-    nofile: Option<u64>,
-    own_session: bool,
+    launch: &Launch<'_>,
 ) -> std::io::Result<Option<(i32, OwnedFd)>> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
+    if !launch.command.clone3_can_start() {
+        return Ok(None);
+    }
     let cstr =
         |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
-    let argv = opts
-        .command
-        .iter()
+    let argv = (launch.command.argv.iter())
         .map(|a| cstr(a.as_bytes()))
         .collect::<std::io::Result<Vec<_>>>()?;
     let Some(program) = argv.first().cloned() else {
         return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
     };
     let mut envp = Vec::new();
-    for (k, v) in std::env::vars_os() {
-        if k.as_bytes() == TREE_MARKER.as_bytes() {
-            continue;
-        }
+    for (k, v) in launch.command.environment(launch.tree) {
         let mut entry = k.as_bytes().to_vec();
         entry.push(b'=');
         entry.extend_from_slice(v.as_bytes());
         envp.push(cstr(&entry)?);
     }
-    envp.push(cstr(format!("{TREE_MARKER}={tree}").as_bytes())?);
     let spec = sys::ExecSpec {
         program,
         argv,
         envp,
-        guardian_pgrp,
+        guardian_pgrp: launch.signaller.host_pgrp(),
         guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
-        nofile_soft: nofile,
-        own_session,
+        nofile_soft: launch.nofile,
+        own_session: launch.own_session,
     };
     let dir = rustix::fs::open(
         &cg.path,

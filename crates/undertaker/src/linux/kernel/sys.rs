@@ -8,6 +8,9 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+mod memory;
+pub use memory::{settle_code, settle_heap, settle_idle};
+
 /// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).
 const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 
@@ -456,7 +459,7 @@ pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
 }
 
 /// Forks the guardian off the process the host started (which stays behind as the
-/// sentinel, see `linux/sentinel.rs`). The parent gets the child's pid and a pidfd
+/// sentinel, see `linux/commands/sentinel.rs`). The parent gets the child's pid and a pidfd
 /// from CLONE_PIDFD, so the guardian is never addressed by number.
 pub fn fork_guardian() -> io::Result<Forked> {
     // SAFETY: `undertaker run` is single-threaded up to here (no thread is ever
@@ -490,11 +493,7 @@ pub fn detach_guardian(sentinel_pid: i32) -> io::Result<()> {
 pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
     // SAFETY: plain syscall.
     let rc = unsafe { libc::kill(-1, sig) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    (rc == 0).then_some(()).ok_or_else(io::Error::last_os_error)
 }
 
 /// Ends a forked child at once: no atexit handlers, no flushing of buffers that
@@ -502,15 +501,6 @@ pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
 pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }
-}
-
-/// Returns free heap memory to the kernel (glibc keeps freed arenas mapped).
-pub fn trim_heap() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only walks and releases the allocator's own free lists.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }
 
 /// What the child of [`spawn_into_cgroup`] runs, prepared before the clone so the

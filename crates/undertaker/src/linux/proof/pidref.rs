@@ -28,6 +28,12 @@ impl PidRef {
         Ok(Self { pid, fd })
     }
 
+    /// The pidfd alone, for code that keeps its own pid (the one `pidfd_open` of
+    /// the crate is [`PidRef::open`]).
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
+
     /// A pid with the pidfd already opened for it.
     pub(crate) fn from_parts(pid: i32, fd: OwnedFd) -> Self {
         Self { pid, fd }

@@ -2,9 +2,11 @@
 //!
 //! A signal needs a [`ProvenProcess`]: a pidfd opened *before* the identity was read,
 //! plus the evidence that ties that identity to a guarded tree. Signals then go
-//! through the pidfd, so a process that exits after the proof was made yields
-//! "already gone" instead of hitting whoever reuses its number. Everything that cannot
-//! be proven comes back as a typed [`Refusal`].
+//! through the pidfd, so they can never hit whoever reuses the number of a process
+//! that exits after the proof was made. Once reaped, the send yields "already gone";
+//! a zombie (exited, not reaped) takes the signal as `Delivered`, harmlessly: it is
+//! discarded, and the zombie pins its number. What cannot be proven comes back as a
+//! typed [`Refusal`].
 
 pub(crate) use crate::audit::{Delivery, Proof};
 use crate::escalation::Sig;
@@ -173,7 +175,9 @@ impl Signaller {
                 pgrp: stat.pgrp,
                 uid,
                 ancestors,
+                owner_line: Vec::new(),
                 boot_id,
+                protected_groups: Vec::new(),
             },
             procfs,
             host_pgrp: stat.pgrp,
@@ -192,6 +196,22 @@ impl Signaller {
             me,
             procfs: self.procfs.clone(),
             host_pgrp: self.host_pgrp,
+        }
+    }
+
+    /// Protects `owner` and its ancestors like our own (see `SelfFacts::owner_line`).
+    /// Our own ancestors are protected already and are not repeated.
+    pub fn protect_owner(&mut self, owner: i32) {
+        let mut cursor = owner;
+        while cursor > 1 && self.me.owner_line.len() < 4096 {
+            if cursor == self.me.pid || self.me.ancestors.contains(&cursor) {
+                break;
+            }
+            self.me.owner_line.push(cursor);
+            match self.procfs.stat(cursor) {
+                Ok(s) => cursor = s.ppid,
+                Err(_) => break,
+            }
         }
     }
 
@@ -572,3 +592,8 @@ pub(crate) fn pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {
     }
     rustix::fs::fstat(fd).ok().map(|st| st.st_ino)
 }
+
+#[cfg(test)]
+mod tests;
+
+mod by_snapshot;

@@ -8,7 +8,7 @@ pub(crate) use crate::escalation::{Escalation, Outcome, KILL_CAP};
 use crate::ladder::Refusal;
 use crate::linux::proof::signal::{Members, Proof, ProvenProcess, Signaller};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,6 +69,11 @@ pub trait TreeSource {
     fn watches_members(&self) -> bool {
         true
     }
+    /// True once whoever is waiting for this teardown has stopped waiting (a host
+    /// SIGKILLed the process it started): the rest of the grace period is skipped.
+    fn out_of_patience(&mut self) -> bool {
+        false
+    }
 }
 
 /// Members tracked over one teardown, by (pid, starttime).
@@ -84,6 +89,9 @@ struct Running<'a> {
     audit: &'a mut dyn FnMut(AuditEvent),
     tracked: BTreeMap<(i32, u64), Tracked>,
     refused: BTreeMap<i32, Refusal>,
+    /// The source saw no member at its last look, though a signalled member had not
+    /// finished exiting: waits then watch the lingering members' pidfds.
+    lingering: bool,
 }
 
 impl Escalation {
@@ -108,9 +116,10 @@ impl Escalation {
             audit,
             tracked: BTreeMap::new(),
             refused: BTreeMap::new(),
+            lingering: false,
         };
         running.term_phase(self.grace);
-        if !running.source.is_empty() {
+        if !running.is_empty() {
             running.kill_phase(self.kill_cap);
         }
         running.report()
@@ -126,7 +135,7 @@ impl Running<'_> {
         };
         self.round(term);
         let grace_end = Instant::now() + grace;
-        while !self.source.is_empty() && Instant::now() < grace_end {
+        while !self.is_empty() && Instant::now() < grace_end && !self.source.out_of_patience() {
             if self.source.needs_rescan() {
                 self.round(term);
             }
@@ -153,20 +162,35 @@ impl Running<'_> {
                     t.killed |= !exited_before.contains(key);
                 }
             }
-            if self.source.is_empty() || Instant::now() >= cap_end {
+            if self.is_empty() || Instant::now() >= cap_end {
                 break;
             }
             self.wait((Instant::now() + pause).min(cap_end));
             pause = (pause * 2).min(MAX_RESCAN);
-            if self.source.is_empty() {
+            if self.is_empty() {
                 break;
             }
         }
     }
 
-    /// Lets the source wait, watching the live members' pidfds if it wants them.
+    /// Nothing of the tree is left: the source sees no member, and every member
+    /// signalled so far has exited. A process that has released its memory on its way
+    /// out no longer shows its marker (its environment reads empty), yet its pidfd
+    /// does not read as exited until it has finished: it is waited for, not reported
+    /// stuck.
+    fn is_empty(&mut self) -> bool {
+        if !self.source.is_empty() {
+            self.lingering = false;
+            return false;
+        }
+        self.lingering = self.tracked.values().any(|t| !t.proc.has_exited());
+        !self.lingering
+    }
+
+    /// Lets the source wait, watching the live members' pidfds if it wants them (or
+    /// if they are all that is left).
     fn wait(&mut self, until: Instant) {
-        let watch: Vec<&ProvenProcess> = match self.source.watches_members() {
+        let watch: Vec<&ProvenProcess> = match self.source.watches_members() || self.lingering {
             false => Vec::new(),
             true => (self.tracked.values())
                 .filter(|t| !t.proc.has_exited())
@@ -215,8 +239,8 @@ impl Running<'_> {
         }
     }
 
-    fn report(self) -> TeardownReport {
-        let empty = self.source.is_empty();
+    fn report(mut self) -> TeardownReport {
+        let empty = self.is_empty();
         let members = self.tracked.into_values().map(|t| TargetReport {
             pid: t.proc.pid(),
             starttime: t.proc.identity.starttime,
@@ -236,41 +260,6 @@ impl Running<'_> {
             empty,
         }
     }
-}
-
-/// Walk of the descendants of this process, each proven as the child of a proven
-/// parent. Exited processes (zombies) never prove: their pidfd is already readable,
-/// and they have no children left to walk.
-///
-/// The parent links come from one pass over /proc (many kernels lack
-/// `/proc/PID/task/TID/children`); each link is then re-proven through a pidfd.
-pub fn prove_descendants(signaller: &Signaller) -> Members {
-    let procfs = signaller.procfs();
-    let mut children_of: HashMap<i32, Vec<i32>> = HashMap::new();
-    for pid in procfs.pids().unwrap_or_default() {
-        if let Ok(stat) = procfs.stat(pid) {
-            children_of.entry(stat.ppid).or_default().push(pid);
-        }
-    }
-    let mut found = Members::default();
-    let me = signaller.me().pid;
-    let mut frontier: Vec<Option<usize>> = vec![None];
-    while let Some(parent_idx) = frontier.pop() {
-        let parent_pid = parent_idx.map_or(me, |i| found.proven[i].pid());
-        let Some(children) = children_of.remove(&parent_pid) else {
-            continue;
-        };
-        for pid in children {
-            let parent = parent_idx.map(|i| &found.proven[i]);
-            let before = found.proven.len();
-            let result = signaller.prove_child(parent, pid);
-            found.add(pid, result);
-            if found.proven.len() > before {
-                frontier.push(Some(before));
-            }
-        }
-    }
-    found
 }
 
 #[cfg(test)]
@@ -305,6 +294,10 @@ mod tests {
         rescan: bool,
         /// Never admit to being empty (to run the escalation into its cap).
         lie_not_empty: bool,
+        /// Offer members to the first look only, and be empty from then on, as a
+        /// marker scan is for a member that released its memory on its way out.
+        first_look_only: bool,
+        looks: usize,
     }
 
     impl Children {
@@ -322,6 +315,10 @@ mod tests {
     impl TreeSource for Children {
         fn members(&mut self, signaller: &Signaller) -> Members {
             self.log.borrow_mut().push(Seen::Members);
+            self.looks += 1;
+            if self.first_look_only && self.looks > 1 {
+                return Members::default();
+            }
             let alive = self.reap();
             Members::collect(alive, |pid| signaller.prove_child(None, pid))
         }
@@ -338,7 +335,8 @@ mod tests {
         }
 
         fn is_empty(&mut self) -> bool {
-            self.reap().is_empty() && !self.lie_not_empty
+            let lost = self.first_look_only && self.looks > 0;
+            (lost || self.reap().is_empty()) && !self.lie_not_empty
         }
 
         fn needs_rescan(&mut self) -> bool {
@@ -405,12 +403,16 @@ mod tests {
             log: Log::default(),
             rescan: true,
             lie_not_empty: false,
+            first_look_only: false,
+            looks: 0,
         };
         let pids: Vec<i32> = tree.kids.iter().map(|k| k.id() as i32).collect();
         let log = tree.log.clone();
         let mut events = Vec::new();
+        // The two sleepers must die of the SIGTERM before the grace ends (the test counts
+        // SIGKILLs): a grace no loaded machine outlasts; the ignorer takes all of it.
         let escalation = Escalation {
-            grace: Duration::from_millis(500),
+            grace: Duration::from_secs(3),
             kill_cap: Duration::from_secs(20),
         };
         let report = escalation.run(&signaller, &mut tree, &mut |e| {
@@ -456,6 +458,44 @@ mod tests {
         assert_eq!(outcome(pids[2]), Outcome::Killed);
     }
 
+    /// A member the source stops seeing while it is still exiting (a marker scan reads
+    /// an empty environment once a process has released its memory) is waited for
+    /// through its pidfd and reported by how it ended, never `stuck`.
+    #[test]
+    fn a_member_the_source_lost_is_waited_for_not_reported_stuck() {
+        let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
+        // Takes 300 ms to exit once SIGTERM arrives.
+        let kid = spawn("trap 'exec sleep 0.3' TERM; while :; do sleep 0.05; done");
+        let caught = format!("/proc/{}/status", kid.id());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !std::fs::read_to_string(&caught).is_ok_and(|t| {
+            t.lines()
+                .find(|l| l.starts_with("SigCgt:"))
+                .and_then(|l| u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok())
+                .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
+        }) {
+            assert!(Instant::now() < deadline, "the trap never set up");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = kid.id() as i32;
+        let mut tree = Children {
+            kids: vec![kid],
+            log: Log::default(),
+            rescan: false,
+            lie_not_empty: false,
+            first_look_only: true,
+            looks: 0,
+        };
+        let escalation = Escalation {
+            grace: Duration::from_secs(20),
+            kill_cap: Duration::from_secs(20),
+        };
+        let report = escalation.run(&signaller, &mut tree, &mut |_| {});
+        let target = report.targets.iter().find(|t| t.pid == pid).unwrap();
+        assert_eq!(target.outcome, Outcome::Gone, "{report:?}");
+        assert!(report.empty);
+    }
+
     #[test]
     fn the_kill_phase_ends_at_its_cap() {
         let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
@@ -464,6 +504,8 @@ mod tests {
             log: Log::default(),
             rescan: false,
             lie_not_empty: true,
+            first_look_only: false,
+            looks: 0,
         };
         let escalation = Escalation {
             grace: Duration::ZERO,
@@ -488,6 +530,8 @@ mod tests {
             log: Log::default(),
             rescan: false,
             lie_not_empty: false,
+            first_look_only: false,
+            looks: 0,
         };
         let report =
             Escalation::with_grace(Duration::from_secs(1)).run(&signaller, &mut tree, &mut |_| {});

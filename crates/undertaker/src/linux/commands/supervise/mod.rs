@@ -1,16 +1,20 @@
-//! `undertaker supervise`: one guardian process holding many trees (docs/SUPERVISE.md).
+//! `undertaker supervise`: one process holding many trees (docs/SUPERVISE.md).
 //!
 //! [`run`] reads as its steps: signals → owner → containment → channel → serve →
 //! tear everything down → exit 0. One thread, one poll loop over the signalfd, the
-//! control channel, the owner, and each tree's root. Trees are [`held::HeldTree`]s;
-//! what is global to the process (signals, reaping) is [`process::Process`].
+//! control channel, the owner, and each tree's root. Each tree is a [`Tree`], as in
+//! `run`, found by its own anchors; what is global to the process (signals, reaping,
+//! waiting) is the one [`HostProcess`] `run` uses too.
 
 mod channel;
-mod held;
-mod process;
 mod take;
+mod takeover;
 
 use crate::identity::TreeId;
+use crate::linux::commands::control::Listener;
+use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::refusal_log::RefusalLog;
+use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::Owner;
@@ -23,17 +27,16 @@ use crate::protocol::framing::Frame;
 use crate::protocol::reply::{self, Fields};
 use crate::protocol::{parse_line, Envelope, ErrorCode, ProtocolError, Request, PROTOCOL_VERSION};
 use crate::registry::OwnerRecord;
-use crate::{OwnerSpec, RunError, SuperviseOptions, Tier};
+use crate::{GuardOptions, OwnerSpec, RunError, SuperviseOptions, Tier};
 use channel::{emit, Channel, Incoming};
-use held::{HeldTree, Kind};
-use process::Process;
 use rustix::event::PollFlags;
-use rustix::fd::{AsFd, BorrowedFd};
+use rustix::fd::BorrowedFd;
 use serde_json::{json, Value};
 
 /// Runs the supervisor until its input ends, its owner dies or SIGTERM; every tree
 /// is then torn down. Returns 0.
-pub fn run(opts: &SuperviseOptions) -> Result<i32, RunError> {
+pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
+    let opts = &sup_opts.guard;
     let signals =
         dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     if opts.tier == Tier::Pidns {
@@ -47,13 +50,19 @@ pub fn run(opts: &SuperviseOptions) -> Result<i32, RunError> {
     // Our own session: a host that signals its own process group must not take us
     // down before the trees (already a leader: nothing to do).
     let _ = rustix::process::setsid();
-    let signaller = Signaller::for_current_process(Procfs::new())
+    let mut signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
-    let starttime = signaller
-        .procfs()
-        .stat(signaller.me().pid)
-        .map_err(|e| RunError::Setup(format!("reading /proc/self/stat: {e}")))?
-        .starttime;
+    // The owner and its ancestors are never members: adopting or killing one would
+    // take every tree down with it.
+    for pid in [owner.pid(), owner_process.as_ref().map(PidRef::pid)]
+        .into_iter()
+        .flatten()
+    {
+        signaller.protect_owner(pid);
+    }
+    if let Some(pgid) = sup_opts.parent_pgid {
+        signaller.protect_group(pgid);
+    }
     let containment = Containment::choose(opts.tier)?;
     let nofile = raise_fd_limit();
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
@@ -63,23 +72,48 @@ pub fn run(opts: &SuperviseOptions) -> Result<i32, RunError> {
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
+    let control = listen_for_control(&signaller);
     let mut sup = Supervisor {
         opts,
         signaller,
-        starttime,
         containment,
-        process: Process::new(signals, nofile),
+        host: HostProcess::new(signals, nofile),
         channel,
         owner_process,
         owner_record,
         trees: Vec::new(),
         released_any: false,
+        terminate: false,
+        refusals: RefusalLog::new(opts.state_dir.clone()),
+        predecessors_checked: false,
+        search: Default::default(),
+        control,
     };
-    // Serving: now, off the start-up path, finish a few dead guardians' trees.
-    crate::linux::commands::heal::start_in_background(opts.state_dir.clone());
+    // Before serving: a dead predecessor's trees (same owner) are ours to carry on,
+    // so a replayed `register` finds them and no self-healing takes them away.
+    if sup.take_over_predecessors_if_any() {
+        // The search folded the dead guardians' records: self-healing's own look
+        // would no longer see them.
+        crate::linux::commands::heal::start_round_in_background(opts.state_dir.clone());
+    } else {
+        // Serving: now, off the start-up path, finish a few dead guardians' trees.
+        crate::linux::commands::heal::start_in_background(opts.state_dir.clone());
+    }
     sup.serve(&mut owner);
+    sup.take_over_if_pending();
     sup.tear_down_everything();
     Ok(0)
+}
+
+/// The control socket, named after this supervisor's identity as its trees'
+/// records give it. Without one, `kill` of a tree we hold cannot reach us and says
+/// so; it never falls back to signalling us.
+fn listen_for_control(signaller: &Signaller) -> Option<Listener> {
+    let me = signaller.me();
+    let starttime = signaller.procfs().stat(me.pid).ok()?.starttime;
+    Listener::bind(&me.boot_id, me.pid, starttime)
+        .inspect_err(|e| tracing::warn!("no control socket for `undertaker kill`: {e}"))
+        .ok()
 }
 
 /// The process whose children `register`/`adopt` accept: `--owner PID`, else our
@@ -99,53 +133,75 @@ fn owner_process(spec: &OwnerSpec) -> Option<PidRef> {
 }
 
 pub(crate) struct Supervisor<'a> {
-    opts: &'a SuperviseOptions,
+    opts: &'a GuardOptions,
     signaller: Signaller,
-    /// Our own start time (the cgroup name carries it).
-    starttime: u64,
     containment: Containment,
-    process: Process,
+    host: HostProcess,
     channel: Channel,
     owner_process: Option<PidRef>,
     owner_record: OwnerRecord,
-    trees: Vec<HeldTree>,
+    trees: Vec<Tree>,
     /// A tree was released: its processes are still our descendants, so the final
     /// teardown may no longer take every descendant of ours.
     released_any: bool,
+    /// A teardown signal (SIGTERM, ...) arrived: every tree goes.
+    terminate: bool,
+    /// Where refusals go besides the reply (a host may never read replies).
+    refusals: RefusalLog,
+    /// The registry was searched for a dead predecessor's trees (once is enough: a
+    /// predecessor is dead before we start).
+    predecessors_checked: bool,
+    /// A search for a dead predecessor's trees the registry has not answered yet.
+    search: takeover::PendingSearch,
+    /// Where `undertaker kill <tree>` asks us to end one tree (see `control`).
+    control: Option<Listener>,
 }
 
 impl Supervisor<'_> {
     /// Serves requests until end of input, the owner's death, or a teardown signal.
     fn serve(&mut self, owner: &mut Owner) {
         loop {
-            if self.process.terminate || owner.gone() {
+            if self.terminate || owner.gone() {
                 return;
             }
             let mut fds: Vec<(BorrowedFd<'_>, PollFlags)> =
                 vec![(self.channel.fd(), PollFlags::IN)];
-            if let Owner::Process { fd, .. } | Owner::Pipe { fd } = &*owner {
-                fds.push((fd.as_fd(), PollFlags::IN));
-            }
+            fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
+            fds.extend(self.control.as_ref().map(|c| (c.fd(), PollFlags::IN)));
             fds.extend(
-                self.trees
-                    .iter()
-                    .filter_map(|t| t.root_fd())
+                (self.trees.iter())
+                    .filter_map(Tree::root_fd)
                     .map(|fd| (fd, PollFlags::IN)),
             );
-            self.process.wait(None, &fds);
+            let got = self.host.next_event(&fds, None);
             drop(fds);
-            if self.process.terminate {
-                return;
+            // The signals `run` would forward to its one CMD (SIGINT, SIGHUP, ...)
+            // have no one command to go to here and are dropped: a dying terminal
+            // must not end the trees.
+            match got {
+                Some(got) if !got.terminate => {}
+                _ => return,
             }
-            self.process.reap();
+            self.host.reap(&mut |_, _| {});
             self.roots_exited();
+            if self.control.as_ref().is_some_and(|c| readable_now(c.fd())) {
+                if owner.gone() {
+                    return;
+                }
+                self.serve_control();
+            }
             if readable_now(self.channel.fd()) {
                 let Some(lines) = self.channel.read() else {
                     return;
                 };
                 for incoming in lines {
+                    // Each request is acted on only while the owner lives: requests
+                    // queued before it died must not start anything after.
+                    if owner.gone() {
+                        return;
+                    }
                     self.handle(incoming);
-                    if self.process.terminate {
+                    if self.terminate {
                         return;
                     }
                 }
@@ -153,8 +209,31 @@ impl Supervisor<'_> {
         }
     }
 
+    /// Requests on the control socket: `kill` of one tree, from `undertaker kill`.
+    /// The host hears of it as of any tree that ends (`exited` for a spawned root).
+    fn serve_control(&mut self) {
+        let Some(control) = &self.control else { return };
+        for conn in control.accept(self.signaller.me().uid) {
+            let reply = match parse_line(&conn.line) {
+                Ok(Some(Envelope {
+                    id,
+                    request: Request::Kill { tree },
+                })) => match self.answer(Request::Kill { tree }, Vec::new()) {
+                    Ok(fields) => reply::ok(crate::protocol::Op::Kill, id.as_ref(), fields),
+                    Err(e) => reply::error(&e.answering(crate::protocol::Op::Kill, id, None)),
+                },
+                Ok(_) => reply::error(&ProtocolError::new(
+                    ErrorCode::UnknownOp,
+                    "the control socket takes `kill` only",
+                )),
+                Err(e) => reply::error(&e),
+            };
+            conn.reply(&reply);
+        }
+    }
+
     /// A spawned root exited: `exited` event, the rest of its tree torn down as `run`
-    /// does when CMD exits. A registered leader exited: the tree stays while members
+    /// does when CMD exits. A taken leader exited: the tree stays while members
     /// remain, and goes quietly once it is empty.
     fn roots_exited(&mut self) {
         let mut i = 0;
@@ -164,73 +243,60 @@ impl Supervisor<'_> {
                 i += 1;
                 continue;
             }
-            tree.root_done = true;
-            if tree.kind == Kind::Spawn {
+            tree.root_handled();
+            if !tree.is_taken() {
                 let tree = self.trees.remove(i);
-                self.end_tree(tree);
-            } else if tree.live_count(&self.signaller) == 0
-                && !tree.cgroup.as_ref().is_some_and(|c| c.is_populated())
+                self.end_tree(tree, Cause::CommandExited);
+            } else if !tree.is_populated()
+                && tree.members(&self.signaller, &mut None).proven.is_empty()
             {
                 let tree = self.trees.remove(i);
-                tree.finish(None);
+                self.finish(tree);
             } else {
                 i += 1;
             }
         }
     }
 
-    /// Closes registered and adopted trees with nothing left to guard: every process
-    /// taken at registration has exited and the tree's cgroup (if any) is empty. What
-    /// they left outside a cgroup cannot be found again anyway (the subreaper tier's
-    /// limit), and a number reused later must not look registered.
+    /// Closes taken trees with nothing left to guard: every process taken has exited
+    /// and the tree's cgroup (if any) is empty. What they left outside a cgroup cannot
+    /// be found again anyway (the subreaper tier's limit), and a number reused later
+    /// must not look registered.
     fn prune(&mut self) {
-        let empty = |t: &HeldTree| {
-            t.kind != Kind::Spawn
-                && t.anchors.iter().all(|a| a.has_exited())
-                && !t.cgroup.as_ref().is_some_and(|c| c.is_populated())
-        };
-        let (gone, kept): (Vec<HeldTree>, Vec<HeldTree>) =
-            std::mem::take(&mut self.trees).into_iter().partition(empty);
+        let (gone, kept): (Vec<Tree>, Vec<Tree>) = std::mem::take(&mut self.trees)
+            .into_iter()
+            .partition(|t| t.taken_all_exited() && !t.is_populated());
         self.trees = kept;
         for tree in gone {
-            tree.finish(None);
+            self.finish(tree);
         }
     }
 
     /// Tears one tree down and closes it; a spawned root's status goes out as `exited`.
     /// Returns the members still alive afterwards.
-    fn end_tree(&mut self, mut tree: HeldTree) -> usize {
-        let stuck = held::tear_down(
-            &[&tree],
-            false,
-            &self.signaller,
-            &mut self.process,
-            self.opts.grace,
-        );
-        self.collect_status(&mut tree);
-        let live = if stuck > 0 {
-            tree.live_count(&self.signaller)
-        } else {
-            0
+    fn end_tree(&mut self, mut tree: Tree, cause: Cause) -> usize {
+        let stuck = tree.tear_down(cause, &self.signaller, &mut self.host);
+        self.terminate |= self.host.take_terminate();
+        let live = match stuck {
+            0 => 0,
+            _ => tree.members(&self.signaller, &mut None).proven.len(),
         };
-        tree.finish(None);
+        self.finish(tree);
         live
     }
 
-    /// Collects a spawned root's status (through its pidfd, or as reaped for it) and
-    /// reports it.
-    fn collect_status(&mut self, tree: &mut HeldTree) {
-        let Some(root) = &tree.root else { return };
-        if tree.root_status.is_none() {
-            tree.root_status = match root.try_wait_status() {
-                Some(st) => Some(st),
-                None => self.process.reaped_status(root.pid()).flatten(),
-            };
+    /// Closes a tree's record; a spawned root's status goes out as `exited`.
+    fn finish(&mut self, mut tree: Tree) {
+        if !tree.is_taken() {
+            tree.reap(&mut self.host);
+            if let Some(root) = tree.root().map(PidRef::pid) {
+                self.host.forget_root(root);
+                if let Some(status) = tree.root_status() {
+                    emit(&reply::exited(tree.id(), root, status));
+                }
+            }
         }
-        self.process.take_root(root.pid());
-        if let Some(status) = tree.root_status {
-            emit(&reply::exited(&tree.id, root.pid(), status));
-        }
+        tree.finish();
     }
 
     fn handle(&mut self, incoming: Incoming) {
@@ -259,9 +325,32 @@ impl Supervisor<'_> {
             Request::Register { pgid } | Request::Unregister { pgid } => Some(*pgid),
             _ => None,
         };
-        match self.answer(request, incoming.fds) {
+        let target = match &request {
+            Request::Adopt { pid } => *pid,
+            Request::AdoptGroup { pgid, .. } => Some(*pgid),
+            _ => pgid,
+        };
+        let answer = match incoming.fds {
+            Ok(fds) => self.answer(request, fds),
+            Err(refused) => Err(refused),
+        };
+        match answer {
             Ok(fields) => emit(&reply::ok(op, id.as_ref(), fields)),
-            Err(e) => emit(&reply::error(&e.answering(op, id, pgid))),
+            Err(e) => {
+                let refusal = e.reason.map(|r| (r, e.message.clone()));
+                emit(&reply::error(&e.answering(op, id, pgid)));
+                // After the reply: the host is not kept waiting for the database.
+                if let Some((reason, message)) = refusal {
+                    let signaller = &self.signaller;
+                    self.refusals.refused(
+                        signaller,
+                        op.as_str(),
+                        target,
+                        reason.as_str(),
+                        &message,
+                    );
+                }
+            }
         }
     }
 
@@ -296,24 +385,36 @@ impl Supervisor<'_> {
                     json!({"pid": pid, "tree": tree.as_str(), "members": members}),
                 ))
             }
+            Request::AdoptGroup { pgid, snapshot } => {
+                let (tree, members) = self.adopt_group(pgid, &snapshot)?;
+                Ok(fields(
+                    json!({"pgid": pgid, "tree": tree.as_str(), "members": members}),
+                ))
+            }
             Request::Spawn(req) => {
                 let (tree, pid) = self.spawn(req, fds)?;
                 Ok(fields(json!({"tree": tree.as_str(), "pid": pid})))
             }
             Request::Kill { tree } => {
                 let tree = self.take_out(&tree)?;
-                let id = tree.id.clone();
-                let live = self.end_tree(tree);
+                let id = tree.id().clone();
+                let live = self.end_tree(tree, Cause::Terminated);
                 Ok(fields(json!({"tree": id.as_str(), "live": live})))
             }
             Request::Release { tree } => {
                 let tree = self.take_out(&tree)?;
-                let id = tree.id.clone();
+                let id = tree.id().clone();
                 self.release(tree);
                 Ok(fields(json!({"tree": id.as_str()})))
             }
             Request::List => Ok(self.list()),
         }
+    }
+
+    /// Our own start time (tree cgroup names carry it).
+    fn starttime(&self) -> u64 {
+        let me = self.signaller.me().pid;
+        self.signaller.procfs().stat(me).map_or(0, |s| s.starttime)
     }
 
     fn hello(&self) -> Fields {
@@ -332,10 +433,8 @@ impl Supervisor<'_> {
 
     fn unregister(&mut self, pgid: i32) -> Result<Fields, ProtocolError> {
         // The newest registration of that number.
-        let i = self
-            .trees
-            .iter()
-            .rposition(|t| t.kind == Kind::Register && t.pgid == Some(pgid))
+        let i = (self.trees.iter())
+            .rposition(|t| t.group() == Some(pgid))
             .ok_or_else(|| {
                 ProtocolError::new(
                     ErrorCode::NotRegistered,
@@ -343,22 +442,26 @@ impl Supervisor<'_> {
                 )
             })?;
         let tree = self.trees.remove(i);
-        let id = tree.id.clone();
+        let id = tree.id().clone();
         self.release(tree);
         Ok(fields(json!({"pgid": pgid, "tree": id.as_str()})))
     }
 
-    fn take_out(&mut self, id: &TreeId) -> Result<HeldTree, ProtocolError> {
-        let i = self.trees.iter().position(|t| &t.id == id).ok_or_else(|| {
-            ProtocolError::new(ErrorCode::UnknownTree, format!("no tree {id} here"))
-        })?;
+    fn take_out(&mut self, id: &TreeId) -> Result<Tree, ProtocolError> {
+        let i = self
+            .trees
+            .iter()
+            .position(|t| t.id() == id)
+            .ok_or_else(|| {
+                ProtocolError::new(ErrorCode::UnknownTree, format!("no tree {id} here"))
+            })?;
         Ok(self.trees.remove(i))
     }
 
     /// Stops guarding `tree`; nothing is signalled. In the cgroup tier its processes
     /// leave the tree's cgroup for the one its root came from (ours for `spawn`).
-    fn release(&mut self, tree: HeldTree) {
-        if let Some(cg) = &tree.cgroup {
+    fn release(&mut self, tree: Tree) {
+        if let Some(cg) = tree.cgroup() {
             let home = crate::linux::contain::cgroup::dir_of_process(
                 self.signaller.procfs(),
                 self.signaller.me().pid,
@@ -369,34 +472,38 @@ impl Supervisor<'_> {
                 }
             }
         }
-        if let Some(root) = &tree.root {
-            self.process.take_root(root.pid());
+        if let Some(root) = tree.root() {
+            self.host.forget_root(root.pid());
             self.released_any = true;
         }
-        tree.finish(None);
+        tree.release();
     }
 
-    fn list(&self) -> Fields {
-        let trees: Vec<Value> = self
-            .trees
-            .iter()
+    /// Every tree with its live members, from one /proc scan for the whole answer
+    /// (a scan per tree made `list` of 300 trees take a second, with every other
+    /// request and the owner watch waiting behind it).
+    fn list(&mut self) -> Fields {
+        let mut table = None;
+        let signaller = &self.signaller;
+        let trees: Vec<Value> = (self.trees.iter_mut())
             .map(|t| {
-                let pgid = match t.kind {
-                    Kind::Register => t.pgid,
-                    _ => self
-                        .signaller
-                        .procfs()
-                        .stat(t.root_pid)
-                        .ok()
-                        .map(|s| s.pgrp),
+                let root_pid = t.root_pid();
+                let (kind, pgid) = match (t.is_taken(), t.group()) {
+                    (false, _) => ("spawn", None),
+                    (true, Some(pgid)) => ("register", Some(pgid)),
+                    (true, None) => ("adopt", None),
                 };
+                let pgid = pgid.or_else(|| {
+                    let pid = root_pid?;
+                    signaller.procfs().stat(pid).ok().map(|s| s.pgrp)
+                });
                 json!({
-                    "tree": t.id.as_str(),
-                    "kind": t.kind.as_str(),
-                    "pid": t.root_pid,
+                    "tree": t.id().as_str(),
+                    "kind": kind,
+                    "pid": root_pid,
                     "pgid": pgid,
-                    "label": t.label,
-                    "live": t.live_count(&self.signaller),
+                    "label": t.label(),
+                    "live": t.live_count(signaller, &mut table),
                 })
             })
             .collect();
@@ -406,22 +513,22 @@ impl Supervisor<'_> {
     /// End of input, owner death or SIGTERM: every tree at once (SIGTERM to all, one
     /// grace period, SIGKILL), then every record closed.
     fn tear_down_everything(&mut self) {
-        let trees = std::mem::take(&mut self.trees);
+        self.channel.release_reserve();
+        let mut trees = std::mem::take(&mut self.trees);
         if !trees.is_empty() || !self.released_any {
-            let refs: Vec<&HeldTree> = trees.iter().collect();
-            held::tear_down(
-                &refs,
+            let mut refs: Vec<&mut Tree> = trees.iter_mut().collect();
+            tear_down_together(
+                &mut refs,
                 !self.released_any,
-                &self.signaller,
-                &mut self.process,
                 self.opts.grace,
+                &self.signaller,
+                &mut self.host,
             );
         }
-        for mut tree in trees {
-            self.collect_status(&mut tree);
-            tree.finish(None);
+        for tree in trees {
+            self.finish(tree);
         }
-        self.process.reap();
+        self.host.reap(&mut |_, _| {});
     }
 }
 

@@ -1,0 +1,187 @@
+//! `ps`, `sweep` and `kill`: reading the registry against the live system, and
+//! finishing the job of guardians that died.
+//!
+//! Every command first folds the record files of finished and abandoned trees into
+//! the database ([`Registry::fold`]); live trees are read from their record files. A
+//! guardian is alive exactly while its record file is locked (see
+//! [`crate::registry::lock`]). Trees of dead guardians are torn down by marker: a
+//! process is a member only if it carries `UNDERTAKER_TREE=<id>`, has our uid and
+//! started no earlier than the guardian, each proven through a pidfd opened first.
+//! A tree whose guardian is alive is left to that guardian: it watches its owner
+//! itself and will tear down when the owner dies.
+//!
+//! One file per command ([`ps`](ps()), [`sweep`](sweep()), [`kill`](kill()),
+//! [`log`](log())); which trees a sweep or a self-healing round examines is decided in
+//! one place, [`candidates`].
+
+mod candidates;
+mod kill;
+mod log;
+mod marker;
+mod ps;
+mod sweep;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use candidates::candidates;
+pub use kill::kill;
+pub use log::{log, log_page};
+pub(crate) use marker::marker_scan;
+pub use ps::ps;
+pub use sweep::{sweep, sweep_found_cgroups};
+pub(crate) use sweep::{sweep_cgroup, sweep_tree};
+
+use crate::linux::commands::record::open_registry;
+use crate::linux::contain::cgroup::{self, CgroupMount};
+use crate::linux::contain::cgroup_place;
+use crate::linux::kernel::procfs::Procfs;
+use crate::linux::proof::signal::Signaller;
+use crate::registry::lock::FileLock;
+use crate::registry::record_file::{self, ReadRecord};
+use crate::registry::{OwnerRecord, Registry, RegistryError, StateDir, StoredState, TreeRecord};
+use crate::selector::TreeSelector;
+use crate::Error;
+use std::path::Path;
+
+/// Everything a reconciling command needs.
+pub struct Context {
+    pub signaller: Signaller,
+    pub dir: StateDir,
+    pub registry: Registry,
+    /// Record files of live trees (their guardian holds the lock), read at open.
+    pub live: Vec<ReadRecord>,
+}
+
+impl Context {
+    pub fn open(state_dir: Option<&Path>) -> Result<Self, RegistryError> {
+        Self::open_folding_at_most(state_dir, usize::MAX)
+    }
+
+    /// [`Context::open`] that folds at most `limit` record files (see
+    /// [`Registry::fold_at_most`]).
+    pub fn open_folding_at_most(
+        state_dir: Option<&Path>,
+        limit: usize,
+    ) -> Result<Self, RegistryError> {
+        let signaller =
+            Signaller::for_current_process(Procfs::new()).map_err(|e| RegistryError::Io {
+                path: "/proc/self".into(),
+                msg: e.to_string(),
+            })?;
+        let me = signaller.me();
+        let (dir, registry) =
+            open_registry(state_dir, me.uid, &me.boot_id.clone()).map_err(|(_, e)| e)?;
+        let live = registry.fold_at_most(&dir, &me.boot_id, limit);
+        Ok(Self {
+            signaller,
+            dir,
+            registry,
+            live,
+        })
+    }
+
+    /// Every tree of this boot: the database's, then the live ones.
+    pub fn trees(&self) -> Result<Vec<TreeRecord>, RegistryError> {
+        let mut trees = self.registry.trees(true)?;
+        let live: std::collections::HashSet<&str> =
+            self.live.iter().map(|l| l.tree.id.as_str()).collect();
+        trees.retain(|t| !live.contains(t.id.as_str()));
+        trees.extend(self.live.iter().map(|l| l.tree.clone()));
+        Ok(trees)
+    }
+
+    /// One tree as it is now: its record file is folded first when its guardian has
+    /// finished with it since this command started.
+    pub fn tree(&self, id: &str) -> Result<Option<TreeRecord>, RegistryError> {
+        let boot_id = &self.signaller.me().boot_id;
+        if !self.registry.fold_one(&self.dir, id, boot_id) {
+            if let Some(read) = record_file::read(&record_file::path_of(&self.dir, id)) {
+                return Ok(Some(read.tree));
+            }
+        }
+        self.registry.tree(id)
+    }
+
+    /// The registry as every platform reads it.
+    pub(crate) fn history(&self) -> crate::history::History<'_> {
+        crate::history::History {
+            dir: &self.dir,
+            registry: &self.registry,
+            live: &self.live,
+        }
+    }
+
+    pub(crate) fn procfs(&self) -> &Procfs {
+        self.signaller.procfs()
+    }
+}
+
+/// Is the guardian of a tree alive?
+pub(crate) enum GuardianState {
+    Alive,
+    /// Provably dead; the lock (if its file still existed) is now held by us.
+    Dead(Option<FileLock>),
+    /// No lock file and no record: the tree belongs to another state directory.
+    Unknown,
+}
+
+pub(crate) fn guardian_state(ctx: &Context, id: &str, rec: Option<&TreeRecord>) -> GuardianState {
+    match FileLock::try_acquire(&record_file::path_of(&ctx.dir, id)) {
+        Ok(None) => GuardianState::Alive,
+        Ok(Some(lock)) => GuardianState::Dead(Some(lock)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match rec {
+            // A record file is folded only once its lock is free, so a missing file
+            // on an unfinished row means the guardian died; still, a guardian that is
+            // provably the recorded process is never called dead.
+            Some(r) if !matches!(r.state, StoredState::Finished | StoredState::Released) => {
+                match ctx.procfs().stat(r.guardian.pid) {
+                    Ok(s) if s.starttime == r.guardian.starttime && s.state != 'Z' => {
+                        GuardianState::Alive
+                    }
+                    _ => GuardianState::Dead(None),
+                }
+            }
+            Some(_) => GuardianState::Dead(None),
+            None => GuardianState::Unknown,
+        },
+        // Cannot tell: assume alive, never sweep on a guess.
+        Err(_) => GuardianState::Alive,
+    }
+}
+
+/// The tree cgroup a record names, when it is one this command may act on: a tree
+/// cgroup in a place that may hold trees ([`cgroup_place::is_tree_cgroup_path`]), of
+/// that record's own tree, or else one whose own guardian (named in it) is not alive
+/// here (a supervisor that took over a dead predecessor's tree keeps its cgroup, which
+/// cgroup v2 cannot rename). The path in a record is never trusted as such: an edited
+/// record could name a stranger's cgroup or another live tree's.
+pub(crate) fn recorded_cgroup<'a>(
+    rec: &'a TreeRecord,
+    mount: &CgroupMount,
+    procfs: &Procfs,
+) -> Option<&'a Path> {
+    let path = Path::new(rec.cgroup_path.as_deref()?);
+    let facts = cgroup::parse_dir_name(path.file_name()?.to_str()?)?;
+    let named_guardian_alive = || {
+        cgroup::own_pidns() == Some(facts.pidns)
+            && procfs.stat(facts.guardian_pid).is_ok_and(|s| {
+                s.starttime == facts.guardian_starttime && !matches!(s.state, 'Z' | 'X')
+            })
+    };
+    let ours = facts.tree.as_str() == rec.id || !named_guardian_alive();
+    (ours && cgroup_place::is_tree_cgroup_path(mount, path)).then_some(path)
+}
+
+pub(crate) fn owner_alive(procfs: &Procfs, owner: &OwnerRecord) -> Option<bool> {
+    let (pid, starttime) = (owner.pid?, owner.starttime?);
+    Some(matches!(procfs.stat(pid), Ok(s) if s.starttime == starttime && s.state != 'Z'))
+}
+
+/// Finds the tree `selector` names among recorded trees and unrecorded lock files
+/// (the rule lives in [`crate::history`], shared with Windows).
+pub fn resolve_tree(
+    ctx: &Context,
+    selector: &TreeSelector,
+) -> Result<(String, Option<TreeRecord>), Error> {
+    crate::history::resolve_tree(&ctx.history(), selector)
+}

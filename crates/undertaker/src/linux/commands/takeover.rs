@@ -1,0 +1,269 @@
+//! A restarted supervisor takes over the trees of its dead predecessor (docs/SUPERVISE.md,
+//! "Supervisor restarts").
+//!
+//! Hermes Agent restarts its death supervisor when it finds it dead and replays every
+//! group it still wants reaped. The trees the dead supervisor recorded are then neither
+//! orphans to heal away (the host still uses them) nor lost: the next supervisor of the
+//! same owner takes them over, proven by what its predecessor recorded.
+//!
+//! What is recorded: every process `register` or `adopt` took under guard gets one
+//! audit line (event `guarded`: pid, start time, proof, and what took it), written to
+//! the tree's record with the rest of its audit and folded into the database with it.
+//! Those lines are the tree's snapshot: a process alive with a recorded pid and start
+//! time is the recorded process, and one of them still in group N proves group N
+//! ([`crate::snapshot`]).
+//!
+//! Who takes over: a supervisor whose owner is the recorded owner (pid and start time),
+//! of trees that are not finished, whose guardian is dead, and that carry a snapshot.
+//! Until one does, self-healing and `sweep` leave such trees alone while their owner
+//! lives ([`awaits_successor`]); once the owner is gone they are finished as before.
+
+use crate::linux::commands::reconcile::{self, Context};
+use crate::linux::proof::signal::ProvenProcess;
+use crate::registry::{now_ms, AuditEntry, OwnerRecord, StoredState, TreeRecord};
+use crate::snapshot::SnapshotEntry;
+
+/// The audit event of a process taken under guard.
+pub const GUARDED: &str = "guarded";
+
+/// What took a tree's processes under guard, as its `guarded` lines say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakenBy {
+    /// `register N` (or `adopt` with a group snapshot): group N.
+    Group(i32),
+    /// `adopt` of one process and its descendants.
+    Process,
+    /// `spawn`: the root was our child; its tree's processes carry the marker.
+    Spawn,
+}
+
+impl TakenBy {
+    fn message(self) -> String {
+        match self {
+            TakenBy::Group(pgid) => format!("group {pgid}"),
+            TakenBy::Process => "process".into(),
+            TakenBy::Spawn => "spawn".into(),
+        }
+    }
+
+    fn parse(message: &str) -> Option<Self> {
+        match message {
+            "process" => Some(TakenBy::Process),
+            "spawn" => Some(TakenBy::Spawn),
+            m => m
+                .strip_prefix("group ")
+                .and_then(|n| n.parse().ok())
+                .filter(|&n: &i32| n > 1)
+                .map(TakenBy::Group),
+        }
+    }
+}
+
+/// The `guarded` line of one process taken under guard (no tree: the record file
+/// names it).
+pub fn guarded_entry(member: &ProvenProcess, taken: TakenBy) -> AuditEntry {
+    AuditEntry {
+        time_ms: now_ms(),
+        actor: "guardian".into(),
+        event: GUARDED.into(),
+        pid: Some(member.pid()),
+        starttime: Some(member.identity.starttime),
+        proof: Some(member.proof.label().into()),
+        message: Some(taken.message()),
+        ..Default::default()
+    }
+}
+
+/// The `guarded` line of a spawned root (its tree's other processes are found by
+/// their marker when a successor takes the tree over).
+pub fn spawned_entry(pid: i32, starttime: u64) -> AuditEntry {
+    AuditEntry {
+        time_ms: now_ms(),
+        actor: "guardian".into(),
+        event: GUARDED.into(),
+        pid: Some(pid),
+        starttime: Some(starttime),
+        proof: Some("spawn".into()),
+        message: Some(TakenBy::Spawn.message()),
+        ..Default::default()
+    }
+}
+
+/// A tree's snapshot, from its audit entries: what took it, and every process taken
+/// (oldest first, without repeats). `None` without `guarded` lines.
+pub fn snapshot_of(entries: &[AuditEntry]) -> Option<(TakenBy, Vec<SnapshotEntry>)> {
+    let mut taken = None;
+    let mut snapshot: Vec<SnapshotEntry> = Vec::new();
+    for e in entries.iter().filter(|e| e.event == GUARDED) {
+        let (Some(pid), Some(start_time)) = (e.pid, e.starttime) else {
+            continue;
+        };
+        taken = taken.or_else(|| e.message.as_deref().and_then(TakenBy::parse));
+        let entry = SnapshotEntry { pid, start_time };
+        if !snapshot.contains(&entry) {
+            snapshot.push(entry);
+        }
+    }
+    Some((taken?, snapshot))
+}
+
+/// Same recorded owner: both pid and start time known and equal.
+pub fn same_owner(a: &OwnerRecord, b: &OwnerRecord) -> bool {
+    a.pid.is_some() && a.starttime.is_some() && a.pid == b.pid && a.starttime == b.starttime
+}
+
+/// A tree the next supervisor of `owner` takes over.
+pub struct Predecessor {
+    pub record: TreeRecord,
+    pub taken: TakenBy,
+    pub snapshot: Vec<SnapshotEntry>,
+}
+
+/// The unfinished trees of dead guardians of `owner` that carry a snapshot, read from
+/// the registry (their record files folded first).
+pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
+    let boot_id = &ctx.signaller.me().boot_id;
+    let Ok(trees) = ctx.trees() else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for rec in trees {
+        if rec.state == StoredState::Finished
+            || &rec.boot_id != boot_id
+            || !same_owner(&rec.owner, owner)
+        {
+            continue;
+        }
+        if !matches!(
+            reconcile::guardian_state(ctx, &rec.id, Some(&rec)),
+            reconcile::GuardianState::Dead(_)
+        ) {
+            continue;
+        }
+        // Its guardian died after this command opened: fold its record now.
+        ctx.registry.fold_one(&ctx.dir, &rec.id, boot_id);
+        let Ok(entries) = ctx.registry.audit(Some(&rec.id)) else {
+            continue;
+        };
+        if let Some((taken, snapshot)) = snapshot_of(&entries) {
+            found.push(Predecessor {
+                record: ctx.registry.tree(&rec.id).ok().flatten().unwrap_or(rec),
+                taken,
+                snapshot,
+            });
+        }
+    }
+    found
+}
+
+/// Marks a predecessor's tree finished (its successor carries it on as `successor`).
+pub fn hand_over(ctx: &Context, old: &str, successor: Option<&str>) {
+    let note = AuditEntry {
+        time_ms: now_ms(),
+        tree: Some(old.into()),
+        actor: "supervise".into(),
+        event: "note".into(),
+        pid: Some(ctx.signaller.me().pid),
+        message: Some(match successor {
+            Some(new) => format!("taken over by the owner's next supervisor as tree {new}"),
+            None => "taken over by the owner's next supervisor: nothing of it is left".into(),
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = ctx.registry.append_audit(&note) {
+        tracing::warn!("takeover of {old} not logged: {e}");
+    }
+    if let Err(e) = ctx.registry.set_finished(old, None) {
+        tracing::warn!("takeover of {old} not recorded: {e}");
+    }
+}
+
+/// For self-healing and `sweep`: a dead guardian's registered or adopted tree (it
+/// carries a snapshot) whose recorded owner lives is its owner's next supervisor's to
+/// take over, not an orphan (docs/SUPERVISE.md, "Supervisor restarts"). A spawned
+/// tree is not held back: its root died with the supervisor (PDEATHSIG), so it is
+/// finished as `run` finishes a tree whose command ended, unless a successor already
+/// took it over.
+pub fn awaits_successor(ctx: &Context, rec: &TreeRecord) -> bool {
+    let spawn = TakenBy::Spawn.message();
+    rec.state != StoredState::Finished
+        && reconcile::owner_alive(ctx.signaller.procfs(), &rec.owner) == Some(true)
+        && ctx.registry.audit(Some(&rec.id)).is_ok_and(|entries| {
+            entries
+                .iter()
+                .any(|e| e.event == GUARDED && e.message.as_deref() != Some(spawn.as_str()))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::OwnerKind;
+
+    fn guarded(pid: i32, start: u64, message: &str) -> AuditEntry {
+        AuditEntry {
+            event: GUARDED.into(),
+            pid: Some(pid),
+            starttime: Some(start),
+            message: Some(message.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_snapshot_is_read_back_from_guarded_lines_only() {
+        let signal = AuditEntry {
+            event: "signal".into(),
+            pid: Some(9),
+            starttime: Some(9),
+            ..Default::default()
+        };
+        let entries = vec![
+            guarded(200, 10, "group 200"),
+            signal,
+            guarded(201, 11, "group 200"),
+            guarded(200, 10, "group 200"),
+        ];
+        let (taken, snapshot) = snapshot_of(&entries).unwrap();
+        assert_eq!(taken, TakenBy::Group(200));
+        assert_eq!(
+            snapshot,
+            [
+                SnapshotEntry {
+                    pid: 200,
+                    start_time: 10
+                },
+                SnapshotEntry {
+                    pid: 201,
+                    start_time: 11
+                }
+            ]
+        );
+        assert_eq!(
+            snapshot_of(&[guarded(5, 1, "process")]).map(|s| s.0),
+            Some(TakenBy::Process)
+        );
+        assert!(snapshot_of(&[]).is_none());
+        assert!(snapshot_of(&[guarded(5, 1, "group 1")]).is_none());
+        assert!(snapshot_of(&[guarded(5, 1, "nonsense")]).is_none());
+    }
+
+    #[test]
+    fn the_same_owner_needs_pid_and_start_time() {
+        let owner = |pid, starttime| OwnerRecord {
+            kind: OwnerKind::Parent,
+            pid,
+            starttime,
+        };
+        assert!(same_owner(
+            &owner(Some(5), Some(7)),
+            &owner(Some(5), Some(7))
+        ));
+        assert!(!same_owner(
+            &owner(Some(5), Some(7)),
+            &owner(Some(5), Some(8))
+        ));
+        assert!(!same_owner(&owner(Some(5), None), &owner(Some(5), None)));
+        assert!(!same_owner(&owner(None, Some(7)), &owner(None, Some(7))));
+    }
+}

@@ -1,0 +1,225 @@
+//! `undertaker run` on Windows, as named steps: owner → job → record → spawn
+//! (suspended, assigned, resumed) → watch → tear down → exit status
+//! (docs/PORTING.md, "Windows").
+//!
+//! The job is created with kill-on-close and only the guardian holds its handle, so
+//! when the guardian dies, however it dies, the kernel terminates the tree: no
+//! sentinel and no sweep are needed.
+
+use crate::escalation::Escalation;
+use crate::identity::{TreeId, TREE_MARKER};
+use crate::registry::record_file::{Line, RecordWriter};
+use crate::registry::{
+    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, RecordedTier,
+    RegistryError, RootRecord, StateDir, TreeRecord,
+};
+use crate::windows::contain::job::{Job, StartError};
+use crate::windows::contain::owner::{self, Owner};
+use crate::windows::kernel::sys;
+use crate::windows::proof::teardown::{self, Outcome};
+use crate::{RunError, RunOptions, Tier};
+use std::os::windows::io::{AsHandle, OwnedHandle};
+
+/// Windows has no boot id to read cheaply; creation times are wall-clock instants,
+/// so pid + creation time is unique across boots without one. Records of an earlier
+/// boot are folded like any dead guardian's (its job died with it).
+pub const BOOT_ID: &str = "00000000";
+
+/// The named event `kill` sets to ask tree `id`'s guardian to tear down.
+pub fn stop_event_name(tree: &str) -> String {
+    format!("Local\\undertaker.{tree}.stop")
+}
+
+/// Why the watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    CmdExited,
+    OwnerGone,
+    Stop,
+}
+
+pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    if opts.guard.tier != Tier::Auto {
+        return Err(RunError::TierUnavailable {
+            tier: opts.guard.tier,
+            why: "Linux only; Windows uses a Job Object (--tier auto)".into(),
+        });
+    }
+    // 1. The owner, proven before anything starts.
+    let (owner, owner_record) = owner::resolve(&opts.guard.owner)?;
+    // 2. The tree's job, and the event `kill` uses to stop it.
+    let mut random = [0u8; 12];
+    sys::random_bytes(&mut random).map_err(|e| RunError::Setup(e.to_string()))?;
+    let tree = TreeId::generate(BOOT_ID, random);
+    let job =
+        Job::create(tree.as_str()).map_err(|e| RunError::Setup(format!("job object: {e}")))?;
+    let stop = sys::create_event(Some(&stop_event_name(tree.as_str())))
+        .map_err(|e| RunError::Setup(format!("stop event: {e}")))?;
+    if let Ok(console_stop) = stop.try_clone() {
+        if let Err(e) = sys::install_console_handler(console_stop) {
+            tracing::debug!("console handler: {e}");
+        }
+    }
+    // 3. The record file (holding the liveness lock), before CMD exists.
+    let mut record = Recorder::start(opts, &tree, owner_record)?;
+    // 4. CMD, in the job before its first instruction.
+    let started = job
+        .spawn(&opts.command, &[(TREE_MARKER, tree.as_str())])
+        .map_err(|e| start_error(&opts.command, e))?;
+    let mut child = started.child;
+    record.root(started.pid, &child);
+    // 5. Watch CMD, the owner and the stop event.
+    let why = watch(&child, &owner, &stop)?;
+    // 6. Tear down what is left of the tree.
+    record.write(&[Line::Reaping { time_ms: now_ms() }]);
+    if why != Why::CmdExited {
+        record.note(match why {
+            Why::OwnerGone => "owner gone: tearing the tree down",
+            _ => "asked to stop: tearing the tree down",
+        });
+    }
+    let mut entries = Vec::new();
+    let outcome = teardown::teardown(
+        &job,
+        started.pid,
+        Escalation::with_grace(opts.guard.grace),
+        &mut |e| entries.push(Line::Audit(e)),
+    );
+    record.write(&entries);
+    // 7. CMD's exit code is ours.
+    let status = child.wait().ok().and_then(|s| s.code()).unwrap_or(125);
+    if let Outcome::Stuck(n) = outcome {
+        tracing::error!("{n} process(es) of tree {tree} still alive after the kill cap");
+        record.finish(Some(125));
+        return Ok(125);
+    }
+    record.finish(Some(status));
+    drop(job);
+    Ok(status)
+}
+
+fn start_error(command: &[std::ffi::OsString], e: StartError) -> RunError {
+    let name = command
+        .first()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match e {
+        StartError::Spawn(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            RunError::NotFound(name)
+        }
+        StartError::Spawn(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            RunError::NotExecutable(name, e.to_string())
+        }
+        StartError::Spawn(e) => RunError::Setup(format!("{name}: {e}")),
+        StartError::Contain(why) => RunError::Setup(why),
+    }
+}
+
+fn watch(child: &std::process::Child, owner: &Owner, stop: &OwnedHandle) -> Result<Why, RunError> {
+    let mut handles = vec![child.as_handle(), stop.as_handle()];
+    handles.extend(owner.waitable());
+    match sys::wait_any(&handles, None) {
+        Ok(Some(0)) => Ok(Why::CmdExited),
+        Ok(Some(1)) => Ok(Why::Stop),
+        Ok(Some(_)) => Ok(Why::OwnerGone),
+        Ok(None) => Ok(Why::Stop),
+        Err(e) => {
+            // Cannot watch: tear down now rather than leave the tree unguarded.
+            tracing::error!("waiting on CMD and the owner: {e}");
+            Ok(Why::Stop)
+        }
+    }
+}
+
+/// The guardian's record file: coverage beats bookkeeping, so a state directory that
+/// cannot be used only loses the record (a warning), except an explicitly chosen
+/// unsafe one, which is a usage error.
+struct Recorder {
+    tree: TreeId,
+    writer: Option<RecordWriter>,
+}
+
+impl Recorder {
+    fn start(opts: &RunOptions, tree: &TreeId, owner: OwnerRecord) -> Result<Self, RunError> {
+        let mut rec = Recorder {
+            tree: tree.clone(),
+            writer: None,
+        };
+        let dir = match state_dir::resolve(opts.guard.state_dir.as_deref())
+            .map_err(|e| (Origin::Default, e))
+            .and_then(|(path, origin)| StateDir::prepare(&path, 0).map_err(|e| (origin, e)))
+        {
+            Ok(dir) => dir,
+            Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
+                return Err(RunError::Usage(e.to_string()))
+            }
+            Err((_, e)) => {
+                tracing::warn!("not recording tree {tree}: {e}");
+                return Ok(rec);
+            }
+        };
+        let guardian = GuardianRecord {
+            pid: sys::current_pid() as i32,
+            starttime: sys::own_creation_time().unwrap_or(0),
+            pgid: 0,
+            pidfs_inode: None,
+        };
+        let record = TreeRecord::starting(
+            tree.to_string(),
+            BOOT_ID.into(),
+            opts.guard.label.clone(),
+            RecordedTier::Job,
+            guardian,
+            owner,
+        );
+        match RecordWriter::create(&dir, &record) {
+            Ok(w) => rec.writer = Some(w),
+            Err(e) => tracing::warn!("not recording tree {tree}: record file: {e}"),
+        }
+        Ok(rec)
+    }
+
+    fn write(&self, lines: &[Line]) {
+        if let Some(w) = &self.writer {
+            if let Err(e) = w.append(lines) {
+                tracing::warn!("record of {}: {e}", self.tree);
+            }
+        }
+    }
+
+    fn root(&self, pid: u32, child: &std::process::Child) {
+        let starttime = sys::creation_time(child.as_handle()).unwrap_or(0);
+        self.write(&[Line::Root(RootRecord {
+            pid: pid as i32,
+            starttime,
+            pgid: pid as i32,
+            sid: 0,
+            uid: 0,
+        })]);
+    }
+
+    fn note(&self, message: &str) {
+        self.write(&[Line::Audit(AuditEntry {
+            time_ms: now_ms(),
+            actor: "guardian".into(),
+            event: "note".into(),
+            message: Some(message.into()),
+            ..Default::default()
+        })]);
+    }
+
+    fn finish(&mut self, exit_status: Option<i32>) {
+        if let Some(w) = self.writer.take() {
+            if let Err(e) = w.finish(exit_status) {
+                tracing::warn!("recording end of {}: {e}", self.tree);
+            }
+        }
+    }
+}
+
+impl Drop for Recorder {
+    /// Early returns (CMD could not be started) still close the record.
+    fn drop(&mut self) {
+        self.finish(None);
+    }
+}

@@ -1,0 +1,4 @@
+//! What the CLI runs on Windows.
+pub mod doctor;
+pub mod guardian;
+pub mod reconcile;

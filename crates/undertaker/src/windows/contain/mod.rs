@@ -1,0 +1,3 @@
+//! Where a Windows tree lives (a Job Object) and who owns it.
+pub mod job;
+pub mod owner;

@@ -1,0 +1,2 @@
+//! The Windows escalation: the job is the proof (docs/PORTING.md, "Windows").
+pub mod teardown;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# 300 × `WRAPPER /bin/true` in a shell loop (or CONCURRENT=100: that many started at
+# once, then `wait`), side by side with `tini -s --` and bare (docs/BENCHMARKS.md,
+# "Start-up"). Contenders take turns, ROUNDS rounds; prints each round's milliseconds
+# and the median ratios to tini, of wall time and of CPU time.
+#   scripts/measure-loop.sh [UNDERTAKER | "WRAPPER PREFIX"]...
+# An argument without a space is an undertaker binary (`UNDERTAKER run --`); one with a
+# space is used as the prefix itself (e.g. "env UNDERTAKER_NO_HEAL=1 ut run --").
+# Default: target/release/undertaker. FLOOR=1 adds the C floor (crates/undertaker-bench/
+# floor/floor.c): one process (`-`), a guardian (`g`), plus a cgroup (`gc`), plus a
+# record file (`gcr`).
+set -euo pipefail
+N=${N:-300}
+ROUNDS=${ROUNDS:-5}
+CONCURRENT=${CONCURRENT:-}
+[ $# -gt 0 ] || set -- target/release/undertaker
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+export UNDERTAKER_STATE_DIR="$state"
+names=(bare "tini -s --")
+for u in "$@"; do
+  case "$u" in
+  *" "*) names+=("$u") ;;
+  *) names+=("$u run --") ;;
+  esac
+done
+if [ -n "${FLOOR:-}" ]; then
+  here=$(cd "$(dirname "$0")/.." && pwd)
+  cc -O2 -o "$state/floor" "$here/crates/undertaker-bench/floor/floor.c"
+  mkdir -p "$state/floor-state"
+  export FLOOR_STATE="$state/floor-state"
+  for f in - g gc gcr; do names+=("$state/floor $f --"); done
+fi
+# Wall milliseconds and the CPU milliseconds of everything the round started (the
+# subshell's reaped children: cutime + cstime of /proc/self/stat, in clock ticks).
+hz=$(getconf CLK_TCK)
+ms() {
+  (
+    s=$(date +%s%N)
+    "$@"
+    e=$(date +%s%N)
+    read -ra st <"/proc/$BASHPID/stat"
+    echo "$(((e - s) / 1000000)) $(((st[15] + st[16]) * 1000 / hz))"
+  )
+}
+loop() { for _ in $(seq "$N"); do "$@" /bin/true; done; }
+together() {
+  for _ in $(seq "$CONCURRENT"); do "$@" /bin/true & done
+  wait
+}
+run() { if [ -n "$CONCURRENT" ]; then together "$@"; else loop "$@"; fi; }
+declare -A times cpu
+for r in $(seq "$ROUNDS"); do
+  for n in "${names[@]}"; do
+    # shellcheck disable=SC2086 # the prefix is words on purpose
+    if [ "$n" = bare ]; then t=$(ms run env); else t=$(ms run $n); fi
+    times[$n]+="${t% *} "
+    cpu[$n]+="${t#* } "
+  done
+  # Record files of finished runs pile up in a real state dir too; the floor's are
+  # removed between rounds so both start each round alike.
+  rm -f "$state"/floor-state/* 2>/dev/null || true
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+tini=$(echo "${times[tini -s --]}" | median)
+tini_cpu=$(echo "${cpu[tini -s --]}" | median)
+what=${CONCURRENT:+"$CONCURRENT at once"}
+echo "${what:-$N in a loop}, $ROUNDS rounds; $(uptime)"
+for n in "${names[@]}"; do
+  m=$(echo "${times[$n]}" | median)
+  c=$(echo "${cpu[$n]}" | median)
+  printf '%-60s %6d ms  (rounds: %s) %s× tini; CPU %6d ms, %s× tini\n' "${n/$state/\$state}" "$m" "${times[$n]}" \
+    "$(awk -v a="$m" -v b="$tini" 'BEGIN {printf "%.2f", a/b}')" "$c" "$(awk -v a="$c" -v b="$tini_cpu" 'BEGIN {printf "%.2f", (b > 0 ? a/b : 0)}')"
+done
