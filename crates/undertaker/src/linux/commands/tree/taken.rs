@@ -60,7 +60,7 @@ impl Tree {
         }
         self.recorder.set_root(procfs, leader_pid);
         self.live.placement = Some(placement);
-        Ok(self.hold(members, group, taken))
+        Ok(self.hold(signaller, members, group, taken))
     }
 
     /// A dead supervisor's tree carried on by this one (its takeover): `anchors` are
@@ -96,12 +96,19 @@ impl Tree {
         if let Some(r) = members.proven.iter().find(|m| Some(m.pid()) == root) {
             self.recorder.set_root(signaller.procfs(), r.pid());
         }
-        self.hold(members, group, taken)
+        self.hold(signaller, members, group, taken)
     }
 
-    /// The members become the tree's anchors; each is noted in its record.
-    fn hold(&mut self, members: Members, group: Option<i32>, taken: TakenBy) -> usize {
-        for m in &members.proven {
+    /// The members become the tree's anchors; each is noted in its record, as the
+    /// tree's snapshot, once its entry can name no other process.
+    fn hold(
+        &mut self,
+        signaller: &Signaller,
+        members: Members,
+        group: Option<i32>,
+        taken: TakenBy,
+    ) -> usize {
+        for m in signaller.past_their_start_tick(&members.proven) {
             self.recorder.audit_line(takeover::guarded_entry(m, taken));
         }
         self.recorder.flush_audit();

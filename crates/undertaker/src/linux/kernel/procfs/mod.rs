@@ -377,6 +377,15 @@ impl Procfs {
         Ok(stat)
     }
 
+    /// Now, in clock ticks since boot as [`Procfs::stat`]'s start times count them
+    /// (the initial time namespace's).
+    pub fn now_ticks(&self) -> u64 {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::Boottime);
+        let hz = i128::from(rustix::param::clock_ticks_per_second());
+        let ns = i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+        u64::try_from(ns * hz / 1_000_000_000 - self.boot_offset).unwrap_or(0)
+    }
+
     pub fn real_uid(&self, pid: i32) -> Result<u32, ProcError> {
         let text = self.read_small(pid, "status", "status")?;
         if text.is_empty() {

@@ -10,6 +10,11 @@ use crate::linux::kernel::poll::readable_now;
 use crate::snapshot::{self, SnapshotEntry};
 use rustix::fd::AsFd;
 
+/// How many 2 ms naps [`Signaller::past_their_start_tick`] takes at most for the
+/// clock to leave a tick (one tick is 10 ms; the bound only guards against a clock
+/// that does not move).
+const TICK_WAITS: u32 = 50;
+
 impl Signaller {
     /// Never signals a member of group `pgid` (a supervisor's `--parent-pgid`).
     pub fn protect_group(&mut self, pgid: i32) {
@@ -63,6 +68,32 @@ impl Signaller {
         }
         ladder::check_process(&self.me, &opened.live, None)?;
         Ok(opened.proven(Proof::Snapshot))
+    }
+
+    /// The processes of `members` that a snapshot entry (pid, start time) names and
+    /// nothing else: each seen alive through its pidfd in a later clock tick than the
+    /// one it started in. One that died within its start tick shares its entry with
+    /// whatever takes its number in that same tick, so it is left out (it is gone:
+    /// nothing of it needs proving later). Waits for the next tick at most once (10 ms,
+    /// only for processes born this tick).
+    pub fn past_their_start_tick<'a>(
+        &self,
+        members: &'a [ProvenProcess],
+    ) -> Vec<&'a ProvenProcess> {
+        let newest = members.iter().map(|m| m.identity.starttime).max();
+        let mut now = self.procfs.now_ticks();
+        for _ in 0..TICK_WAITS {
+            if newest.is_none_or(|n| now > n) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            now = self.procfs.now_ticks();
+        }
+        // The clock first, then the pidfds: alive after `now` began.
+        members
+            .iter()
+            .filter(|m| m.identity.starttime < now && !m.has_exited())
+            .collect()
     }
 
     /// Proves group `pgid` by a snapshot (docs/SUPERVISE.md): the first entry whose

@@ -375,6 +375,35 @@ fn snapshot_proof_refuses_another_start_time_another_boot_and_another_pidfs_inod
 }
 
 #[test]
+fn a_snapshot_keeps_only_processes_seen_alive_after_their_start_tick() {
+    let s = signaller();
+    let live = Kid::spawn("exec sleep 60", true);
+    let mut dead = Kid::spawn("exec sleep 60", true);
+    let members = vec![
+        s.prove_child(None, live.pid()).unwrap(),
+        s.prove_child(None, dead.pid()).unwrap(),
+    ];
+    let start = members[0].identity.starttime;
+    // The clock counts in the ticks /proc/PID/stat does: a child started within the
+    // last minute (6 000 ticks at 100 Hz).
+    let now = s.procfs().now_ticks();
+    assert!(
+        start <= now && now - start < 6_000,
+        "start {start}, now {now}"
+    );
+    dead.kill_leave_zombie(&members[1]);
+    let kept: Vec<i32> = s
+        .past_their_start_tick(&members)
+        .iter()
+        .map(|m| m.pid())
+        .collect();
+    assert_eq!(kept, [live.pid()]);
+    // Kept only once the clock has left the tick the child started in.
+    assert!(s.procfs().now_ticks() > start);
+    assert_eq!(dead.exit_signal(), Some(libc::SIGKILL));
+}
+
+#[test]
 fn a_passed_pidfd_is_the_identity_and_anything_else_is_not_a_pidfd() {
     let s = signaller();
     let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
