@@ -14,6 +14,14 @@ pub use memory::{settle_code, settle_heap, settle_idle};
 /// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).
 const PIDFD_SIGNAL_PROCESS_GROUP: libc::c_uint = 1 << 2;
 
+/// The crate's one `pidfd_open`; sound only for a number that cannot have been reused
+/// yet (our unreaped child) or a process proven afterwards through the pidfd.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    use rustix::process::{Pid, PidfdFlags};
+    let raw = Pid::from_raw(pid).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))?;
+    Ok(rustix::process::pidfd_open(raw, PidfdFlags::empty())?)
+}
+
 /// Sends `sig` to the process group whose id is the pid behind `pidfd`.
 ///
 /// The kernel resolves the group from the pidfd's process, so a recycled number can

@@ -8,7 +8,7 @@ use crate::linux::kernel::wait_status;
 use crate::linux::proof::signal::{Delivery, Signaller};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
+use rustix::process::{Signal, WaitId, WaitIdOptions};
 use std::time::Instant;
 
 /// A pid and the pidfd opened for it.
@@ -22,14 +22,11 @@ impl PidRef {
     /// Opens a pidfd for `pid`. Only sound for a process whose number cannot have been
     /// reused yet (our unreaped child) or one that is proven afterwards.
     pub(crate) fn open(pid: i32) -> std::io::Result<Self> {
-        let raw =
-            Pid::from_raw(pid).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH))?;
-        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty())?;
+        let fd = crate::linux::kernel::sys::pidfd_open(pid)?;
         Ok(Self { pid, fd })
     }
 
-    /// The pidfd alone, for code that keeps its own pid (the one `pidfd_open` of
-    /// the crate is [`PidRef::open`]).
+    /// The pidfd alone, for code that keeps its own pid.
     pub(crate) fn into_fd(self) -> OwnedFd {
         self.fd
     }

@@ -26,7 +26,7 @@ use crate::linux::kernel::poll::readable_now;
 use crate::linux::kernel::procfs::{ProcError, Procfs};
 use crate::linux::kernel::sys;
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
-use rustix::process::{Pid, PidfdFlags, Signal};
+use rustix::process::{Pid, Signal};
 
 /// A process we hold a pidfd to and have proven to be a member of a guarded tree.
 #[derive(Debug)]
@@ -236,9 +236,9 @@ impl Signaller {
     #[allow(clippy::type_complexity)]
     fn open_then_read(&self, pid: i32) -> Result<Opened, NotProven> {
         ladder::check_pid(&self.me, pid)?;
-        let raw = Pid::from_raw(pid).ok_or(Refusal::InvalidPid { pid })?;
-        let fd = rustix::process::pidfd_open(raw, PidfdFlags::empty()).map_err(|e| {
-            if e == rustix::io::Errno::SRCH {
+        Pid::from_raw(pid).ok_or(Refusal::InvalidPid { pid })?;
+        let fd = sys::pidfd_open(pid).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ESRCH) {
                 NotProven::Gone
             } else {
                 NotProven::Refused(Refusal::IdentityMissing { pid })
