@@ -263,8 +263,9 @@ fn hermes_restart_and_replay(tier: &str) {
             let trees = running_trees(&state);
             trees.len() == 3 && trees.iter().all(|(_, g)| *g == second as i64)
         }),
-        "the second supervisor does not hold orphaned, live and fresh: {:?}",
-        running_trees(&state)
+        "the second supervisor does not hold orphaned, live and fresh: {:?}\n{}",
+        running_trees(&state),
+        String::from_utf8_lossy(&ut(&state, &["log"]).stdout)
     );
     std::thread::sleep(Duration::from_secs(3));
     for pid in [

@@ -74,15 +74,15 @@ pub fn guarded_entry(member: &ProvenProcess, taken: TakenBy) -> AuditEntry {
     }
 }
 
-/// The `guarded` line of a spawned root (its tree's other processes are found by
-/// their marker when a successor takes the tree over).
-pub fn spawned_entry(pid: i32, starttime: u64) -> AuditEntry {
+/// The `guarded` line of a spawned tree, written before its command is started: a
+/// supervisor killed in the middle of a `spawn` leaves a tree its successor takes over
+/// (the command's processes carry the marker). No pid: the root dies with its
+/// supervisor (PDEATHSIG), and the tree's other processes are found by their marker.
+pub fn spawn_entry() -> AuditEntry {
     AuditEntry {
         time_ms: now_ms(),
         actor: "guardian".into(),
         event: GUARDED.into(),
-        pid: Some(pid),
-        starttime: Some(starttime),
         proof: Some("spawn".into()),
         message: Some(TakenBy::Spawn.message()),
         ..Default::default()
@@ -95,10 +95,10 @@ pub fn snapshot_of(entries: &[AuditEntry]) -> Option<(TakenBy, Vec<SnapshotEntry
     let mut taken = None;
     let mut snapshot: Vec<SnapshotEntry> = Vec::new();
     for e in entries.iter().filter(|e| e.event == GUARDED) {
+        taken = taken.or_else(|| e.message.as_deref().and_then(TakenBy::parse));
         let (Some(pid), Some(start_time)) = (e.pid, e.starttime) else {
             continue;
         };
-        taken = taken.or_else(|| e.message.as_deref().and_then(TakenBy::parse));
         let entry = SnapshotEntry { pid, start_time };
         if !snapshot.contains(&entry) {
             snapshot.push(entry);
@@ -244,6 +244,11 @@ mod tests {
             Some(TakenBy::Process)
         );
         assert!(snapshot_of(&[]).is_none());
+        // A spawn's line names no process: the tree is taken over by its marker.
+        assert_eq!(
+            snapshot_of(&[spawn_entry()]),
+            Some((TakenBy::Spawn, vec![]))
+        );
         assert!(snapshot_of(&[guarded(5, 1, "group 1")]).is_none());
         assert!(snapshot_of(&[guarded(5, 1, "nonsense")]).is_none());
     }

@@ -173,7 +173,9 @@ impl Supervisor<'_> {
                     .filter_map(Tree::root_fd)
                     .map(|fd| (fd, PollFlags::IN)),
             );
-            let got = self.host.next_event(&fds, None);
+            let until = (self.search.is_pending())
+                .then(|| std::time::Instant::now() + takeover::SEARCH_POLL);
+            let got = self.host.next_event(&fds, until);
             drop(fds);
             // The signals `run` would forward to its one CMD (SIGINT, SIGHUP, ...)
             // have no one command to go to here and are dropped: a dying terminal
@@ -183,6 +185,7 @@ impl Supervisor<'_> {
                 _ => return,
             }
             self.host.reap(&mut |_, _| {});
+            self.take_over_if_answered();
             self.roots_exited();
             if self.control.as_ref().is_some_and(|c| readable_now(c.fd())) {
                 if owner.gone() {

@@ -276,6 +276,7 @@ impl Supervisor<'_> {
         };
         let mut tree = self.record(req.label)?.shared();
         let id = tree.id().clone();
+        tree.audit_line(takeover::spawn_entry());
         tree.spawn(&Launch {
             command: &command,
             grace: self.opts.grace,
@@ -289,8 +290,6 @@ impl Supervisor<'_> {
         drop(command);
         tree.settle();
         let pid = tree.root().map_or(0, PidRef::pid);
-        let starttime = self.signaller.procfs().stat(pid).map_or(0, |s| s.starttime);
-        tree.audit_line(takeover::spawned_entry(pid, starttime));
         self.host.add_root(pid);
         self.trees.push(tree);
         Ok((id, pid))

@@ -46,6 +46,16 @@ const SEARCH_PATIENCE: Duration = Duration::from_secs(3);
 /// [`SEARCH_PATIENCE`]) before the supervisor gives up on it.
 const SEARCH_WAITS: u32 = 10;
 
+/// While a late search is pending, the serve loop wakes up this often to use its
+/// answer as soon as it comes (a host that replays nothing more must not wait for it).
+pub(super) const SEARCH_POLL: Duration = Duration::from_millis(100);
+
+impl PendingSearch {
+    pub(super) fn is_pending(&self) -> bool {
+        self.answer.is_some()
+    }
+}
+
 impl Supervisor<'_> {
     /// Takes over every tree of a dead predecessor of our owner; each predecessor's
     /// record is then finished, naming its successor.
@@ -67,19 +77,30 @@ impl Supervisor<'_> {
     /// At the end: a search still unanswered is waited for once more, so that what a
     /// dead predecessor left (a spawned tree, say) goes with our teardown.
     pub(super) fn take_over_if_pending(&mut self) {
-        if self.search.answer.is_some() {
+        if self.search.is_pending() {
             self.take_over(false);
         }
     }
 
+    /// While serving: a late search's answer, if it has come (no waiting).
+    pub(super) fn take_over_if_answered(&mut self) {
+        if self.search.is_pending() {
+            self.take_over_within(false, Duration::ZERO);
+        }
+    }
+
     fn take_over(&mut self, look_first: bool) -> bool {
+        self.take_over_within(look_first, SEARCH_PATIENCE)
+    }
+
+    fn take_over_within(&mut self, look_first: bool, patience: Duration) -> bool {
         if self.predecessors_checked
             || self.owner_record.pid.is_none()
             || self.owner_record.starttime.is_none()
         {
             return false;
         }
-        let (ctx, found) = match self.search(look_first) {
+        let (ctx, found) = match self.search(look_first, patience) {
             Search::NothingSeen | Search::Late => return false,
             Search::Failed => {
                 self.predecessors_checked = true;
@@ -97,9 +118,10 @@ impl Supervisor<'_> {
 
     /// The look and the registry search, on a thread: what they read (the state dir,
     /// the database) must never hold up the thread that watches the owner. Waited for
-    /// at most [`SEARCH_PATIENCE`] at a time; after that the supervisor serves without
-    /// them, and the answer is waited for again when next needed ([`PendingSearch`]).
-    fn search(&mut self, look_first: bool) -> Search {
+    /// at most `patience` at a time; after that the supervisor serves without them,
+    /// and the answer is looked for again while serving and when next needed
+    /// ([`PendingSearch`]).
+    fn search(&mut self, look_first: bool, patience: Duration) -> Search {
         let answer = match self.search.answer.take() {
             Some(pending) => pending,
             None => match self.start_search(look_first) {
@@ -107,8 +129,13 @@ impl Supervisor<'_> {
                 None => return Search::Failed,
             },
         };
-        match answer.recv_timeout(SEARCH_PATIENCE) {
+        match answer.recv_timeout(patience) {
             Ok(found) => found,
+            // A look while serving: not a wait, so not counted.
+            Err(RecvTimeoutError::Timeout) if patience.is_zero() => {
+                self.search.answer = Some(answer);
+                Search::Late
+            }
             Err(RecvTimeoutError::Timeout) if self.search.waits < SEARCH_WAITS => {
                 self.search.waits += 1;
                 tracing::warn!("the registry has not answered yet: takeover waits for it");
