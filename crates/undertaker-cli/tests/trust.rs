@@ -222,8 +222,7 @@ fn guardians_in_and_out_of_a_time_namespace_never_call_each_other_dead() {
     if !isolate("guardians_in_and_out_of_a_time_namespace_never_call_each_other_dead") {
         return;
     }
-    if let Err(why) = undertaker::testing::cgroup_tier_available() {
-        skip(&format!("no cgroup tier: {why}"));
+    if !require_cgroup() {
         return;
     }
     let probe = Command::new("unshare")
@@ -335,8 +334,7 @@ fn a_record_naming_another_trees_cgroup_gets_nothing_of_it_killed() {
     if !isolate("a_record_naming_another_trees_cgroup_gets_nothing_of_it_killed") {
         return;
     }
-    if let Err(why) = undertaker::testing::cgroup_tier_available() {
-        skip(&format!("no cgroup tier: {why}"));
+    if !require_cgroup() {
         return;
     }
     let scratch = Scratch::new("recordcgroup");
@@ -388,8 +386,7 @@ fn a_tree_cgroup_holding_a_refused_process_gets_no_cgroup_kill() {
     if !isolate("a_tree_cgroup_holding_a_refused_process_gets_no_cgroup_kill") {
         return;
     }
-    if let Err(why) = undertaker::testing::cgroup_tier_available() {
-        skip(&format!("no cgroup tier: {why}"));
+    if !require_cgroup() {
         return;
     }
     if !is_root() {
