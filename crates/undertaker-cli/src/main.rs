@@ -119,13 +119,10 @@ impl GuardArgs {
 struct RunArgs {
     #[command(flatten)]
     guard: GuardArgs,
-    /// The command and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command and its arguments. An option-looking word before CMD (or before
+    /// `--`) is one of undertaker's: a mistyped option is a usage error, never the
+    /// command; after `--`, CMD may start with `-`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -267,7 +264,10 @@ fn fill_standard_fds() {}
 
 fn main() -> ExitCode {
     fill_standard_fds();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(e)),
+    };
     init_logging(cli.log_level);
     if let Some(path) = cli.cgroup_root {
         undertaker::settings::set_cgroup_root(path);
@@ -285,6 +285,48 @@ fn main() -> ExitCode {
         Command::Doctor { json } => cmd_doctor(json, cli.state_dir),
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// A command line clap refused: `--help` and `--version` print as clap prints them;
+/// a usage error is one line on stderr (a mistyped option names the one meant) and
+/// exit status 2.
+fn usage_error(e: clap::Error) -> u8 {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return e.exit_code().clamp(0, 255) as u8;
+    }
+    let text = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    let line = match (e.kind(), text(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(arg)) => {
+            let hint = match text(ContextKind::SuggestedArg) {
+                Some(meant) => format!("; did you mean {meant}?"),
+                None => String::new(),
+            };
+            format!("unknown option {arg}{hint}")
+        }
+        _ => {
+            // clap's message without its usage block, on one line.
+            let rendered = e.render().to_string();
+            let message: Vec<&str> = (rendered.lines())
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more"))
+                .collect();
+            message.join(" ").trim_start_matches("error: ").to_owned()
+        }
+    };
+    errln!("undertaker: {} (see --help)", printable::line(&line));
+    2
 }
 
 fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {

@@ -27,3 +27,35 @@ fn settings_work_as_flags_in_an_environment_stripped_like_codex() {
         "--state-dir was not used"
     );
 }
+
+/// A mistyped option before CMD is a usage error naming the option meant (exit 2, one
+/// line), never the command; after `--` a command may start with `-`.
+#[test]
+fn a_mistyped_option_is_a_usage_error_not_the_command() {
+    let scratch = Scratch::new("flags-typo");
+    let state = scratch.path().join("state");
+    let run = |args: &[&str]| {
+        std::process::Command::new(UNDERTAKER)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["run", "--lable", "x", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
+    assert!(
+        stderr.contains("--lable") && stderr.contains("--label"),
+        "{stderr}"
+    );
+    // A word after `--` is the command, whatever it looks like: here one that does
+    // not exist, so the shell's 127, not a usage error.
+    let out = run(&["run", "--", "-no-such-command"]);
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    // Options of CMD after CMD are CMD's.
+    let out = run(&["run", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+}
