@@ -428,5 +428,14 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         .map(|(name, status, detail)| vec![name, status.to_owned(), detail])
         .collect();
     printable::print_table(&header, &rows);
+    // The table shortens long details: an unavailable tier's reason, with what to do
+    // about it, is printed in full.
+    for t in report.tiers.iter().filter(|t| !t.available) {
+        outln!(
+            "\ntier {} is unavailable: {}",
+            t.tier,
+            printable::line(&t.detail)
+        );
+    }
     0
 }

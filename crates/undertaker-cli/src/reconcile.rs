@@ -126,16 +126,22 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
         for t in &report.trees {
             print_tree_sweep(t);
         }
-        let verb = if report.dry_run {
-            "would be left"
+        if report.dry_run {
+            let would = (report.trees.iter())
+                .flat_map(|t| &t.targets)
+                .filter(|x| x.outcome == undertaker::report::TargetOutcome::WouldSignal)
+                .count();
+            outln!(
+                "{} tree(s) examined; a sweep would signal {would} guarded process(es) (dry run: nothing was signalled)",
+                report.trees.len(),
+            );
         } else {
-            "left"
-        };
-        outln!(
-            "{} tree(s) examined; {} guarded process(es) {verb} alive",
-            report.trees.len(),
-            report.left_alive
-        );
+            outln!(
+                "{} tree(s) examined; {} guarded process(es) left alive",
+                report.trees.len(),
+                report.left_alive
+            );
+        }
     }
     report.exit_code()
 }
