@@ -75,3 +75,7 @@ for dir in "$stage"/*/; do
   (cd "$dir" && npm pack --silent --pack-destination "$OLDPWD/target/npm" >/dev/null)
 done
 ls -1 target/npm/*.tgz
+# How to install them: from the project that uses them (not this checkout, where npm
+# would write package.json and node_modules/), the main package and this machine's
+# platform package only (another platform's is refused with EBADPLATFORM).
+echo "to install into a Node project: cd YOUR_PROJECT && npm install $PWD/target/npm/process-undertaker-$version.tgz $PWD/target/npm/process-undertaker-$host_platform-$version.tgz" >&2
