@@ -21,7 +21,7 @@ binary_for() { # npm platform -> path of its release binary
   local triple musl=target/x86_64-unknown-linux-musl/release/undertaker
   case "$1" in
     # glibc systems get the static musl build too (it runs there unchanged): an idle
-    # guarded tree costs 133-142 KiB of PSS with it, 304-352 KiB with the glibc build
+    # guarded tree costs less than half the memory of the glibc build's
     # (docs/BENCHMARKS.md, "Memory per tree"). Without it (scripts/build-musl.sh not
     # run, or its toolchain missing) linux-x64 is the glibc build.
     linux-x64)
