@@ -25,6 +25,7 @@ macro_rules! errln {
     }};
 }
 
+mod clock;
 mod logging;
 mod printable;
 mod reconcile;

@@ -160,28 +160,6 @@ pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` from unix milliseconds (days-to-civil, proleptic Gregorian).
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        ms.rem_euclid(1000)
-    )
-}
-
 pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
     let entries = match (args.last, args.before) {
         (None, None) => undertaker::log(state_dir.as_deref(), args.tree.as_deref()),
@@ -209,7 +187,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                 _ => opt(e.outcome.clone()),
             };
             vec![
-                utc(e.time_ms),
+                crate::clock::utc(e.time_ms),
                 opt(e
                     .tree
                     .as_deref()
@@ -223,13 +201,4 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
             ]
         },
     )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formatting() {
-        assert_eq!(super::utc(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::utc(951_782_400_123), "2000-02-29T00:00:00.123Z");
-    }
 }
