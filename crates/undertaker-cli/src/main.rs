@@ -30,23 +30,39 @@ mod logging;
 mod printable;
 mod reconcile;
 
+const TOP_HELP: &str = "\
+Examples:
+  undertaker run -- npx -y @modelcontextprotocol/server-everything
+  undertaker run --label build --grace 5s -- make -j8
+  undertaker ps                      what is guarded now, and by whom
+  undertaker kill 4e98               end one tree (id or a unique prefix)
+  undertaker sweep --dry-run         what dead guardians left, and what a sweep would signal
+  undertaker doctor                  which tiers work here, and how to get the others
+
+Exit status: `run` exits with CMD's status (128+N when a signal N ended it), 127 or 126
+when CMD cannot be found or run, 125 when undertaker could not guard it; 2 for a usage
+error everywhere; `kill` and `sweep` 0 when nothing guarded is left alive, 1 otherwise.";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "undertaker",
     version,
-    about = "Guard the process trees a program spawns: the whole tree dies with its owner, and nothing else is ever signalled."
+    about = "Guard the process trees a program spawns: the whole tree dies with its owner, and nothing else is ever signalled.",
+    after_help = TOP_HELP
 )]
 struct Cli {
     /// Where the registry lives (default: $UNDERTAKER_STATE_DIR, else
     /// $XDG_STATE_HOME/undertaker, else ~/.local/state/undertaker).
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Create tree cgroups in this cgroup directory (default: $UNDERTAKER_CGROUP_ROOT,
-    /// else beneath undertaker's own cgroup where possible; docs/TIERS.md).
-    #[arg(long, global = true, value_name = "PATH")]
+    /// For `run`, `supervise` and `doctor`, given before the command: create tree
+    /// cgroups in this cgroup directory, one you own (default: $UNDERTAKER_CGROUP_ROOT,
+    /// else beneath undertaker's own cgroup where possible).
+    #[arg(long, value_name = "PATH")]
     cgroup_root: Option<PathBuf>,
-    /// Run no self-healing round (as $UNDERTAKER_NO_HEAL does).
-    #[arg(long, global = true)]
+    /// For `run` and `supervise`, given before the command: no self-healing round (the
+    /// look for dead guardians' trees they make at start; as $UNDERTAKER_NO_HEAL does).
+    #[arg(long)]
     no_heal: bool,
     /// Log level: error, warn, info, debug, trace (default: $UNDERTAKER_LOG, else warn).
     #[arg(long, global = true, value_name = "LEVEL")]
@@ -60,7 +76,8 @@ enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
     /// One guardian for many trees: a host registers the groups it spawned, or asks
-    /// for spawns, over standard input (protocol: docs/SUPERVISE.md).
+    /// for spawns, over standard input.
+    #[command(after_help = SUPERVISE_HELP)]
     Supervise(SuperviseArgs),
     /// List guarded trees.
     Ps(PsArgs),
@@ -72,11 +89,23 @@ enum Command {
     Log(LogArgs),
     /// Report which kernel mechanisms and containment tiers work on this machine.
     Doctor {
-        /// Print one JSON object (fields: docs/CLI-JSON-doctor.md).
+        /// Print one JSON object: checks, tiers, cgroup placement, state dir.
         #[arg(long)]
         json: bool,
     },
 }
+
+const SUPERVISE_HELP: &str = "\
+Protocol (one request per line on standard input, one reply per line on standard output;
+the whole schema is docs/SUPERVISE.md in the source repository):
+  register PGID                      plain line (Hermes Agent's): guard group PGID, a child's
+  unregister PGID                    stop guarding it, signalling nothing
+  {\"op\":\"hello\"}                     version, tier, pid
+  {\"op\":\"spawn\",\"argv\":[...]}        start a command as a new tree
+  {\"op\":\"adopt\",\"pid\":N}             guard a child of the host and its descendants
+  {\"op\":\"kill\",\"tree\":ID}            end one tree now (\"release\": stop guarding it)
+  {\"op\":\"list\"}                      every tree and its live count
+End of input, the owner's death or SIGTERM ends every tree; the exit status is then 0.";
 
 /// What `run` and `supervise` share (the library's `GuardOptions`).
 #[derive(clap::Args, Debug)]
@@ -140,7 +169,7 @@ struct SuperviseArgs {
 
 #[derive(clap::Args, Debug)]
 struct PsArgs {
-    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    /// Print one JSON array, a tree per element, with every column's value.
     #[arg(long)]
     json: bool,
     /// Include finished trees.
@@ -153,7 +182,7 @@ struct SweepArgs {
     /// Signal nothing; print what would be signalled.
     #[arg(long)]
     dry_run: bool,
-    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    /// Print one JSON object: each tree examined, what was done, what is left alive.
     #[arg(long)]
     json: bool,
     /// How long leftovers get between SIGTERM and SIGKILL.
@@ -165,7 +194,7 @@ struct SweepArgs {
 struct KillArgs {
     /// Tree id, or a unique prefix of at least 4 characters.
     tree: String,
-    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    /// Print one JSON object: what was done to the tree, what is left alive.
     #[arg(long)]
     json: bool,
     /// How long the tree gets between SIGTERM and SIGKILL when swept here.
@@ -175,7 +204,7 @@ struct KillArgs {
 
 #[derive(clap::Args, Debug)]
 struct LogArgs {
-    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    /// Print one JSON array, an entry per element.
     #[arg(long)]
     json: bool,
     /// Only this tree's entries (id or unique prefix of at least 4 characters).

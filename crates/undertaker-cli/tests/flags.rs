@@ -59,3 +59,24 @@ fn a_mistyped_option_is_a_usage_error_not_the_command() {
     let out = run(&["run", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7), "{out:?}");
 }
+
+/// `--help` shows examples and exit statuses, lists on each command only the options
+/// that act there, and points to no file a pip or npm user does not have.
+#[test]
+fn help_has_examples_exit_statuses_and_only_the_options_that_apply() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(UNDERTAKER)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let top = help(&["--help"]);
+    assert!(top.contains("Examples:") && top.contains("Exit status:"), "{top}");
+    for command in ["ps", "sweep", "kill", "log"] {
+        let text = help(&[command, "--help"]);
+        assert!(!text.contains("--cgroup-root"), "{command}: {text}");
+        assert!(!text.contains("docs/CLI-JSON"), "{command}: {text}");
+    }
+}
