@@ -73,7 +73,10 @@ fn help_has_examples_exit_statuses_and_only_the_options_that_apply() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let top = help(&["--help"]);
-    assert!(top.contains("Examples:") && top.contains("Exit status:"), "{top}");
+    assert!(
+        top.contains("Examples:") && top.contains("Exit status:"),
+        "{top}"
+    );
     for command in ["ps", "sweep", "kill", "log"] {
         let text = help(&[command, "--help"]);
         assert!(!text.contains("--cgroup-root"), "{command}: {text}");
