@@ -10,6 +10,7 @@ mod common;
 use common::*;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -294,5 +295,51 @@ fn a_supervisor_on_an_unread_terminal_still_sees_its_owner_die() {
     let gone = wait_until(Duration::from_secs(15), || !alive(root));
     kill9(&mut host);
     assert!(gone, "the tree outlived its owner by 15 s");
+    assert_nothing_left();
+}
+
+/// Another uid cannot reach a supervisor's control socket (`control/` is ours, 0700,
+/// and the socket 0600), so it can neither ask for a kill nor hold a connection open.
+#[test]
+fn another_uid_cannot_reach_the_control_socket() {
+    if !is_root() {
+        skip("needs root to try the control socket as another uid");
+        return;
+    }
+    if !isolate("another_uid_cannot_reach_the_control_socket") {
+        return;
+    }
+    let scratch = Scratch::new("ctl-other-uid");
+    let state = scratch.path().join("state");
+    let mut sup = Supervisor::start(&state, "auto");
+    let (tree, root) = spawn(&mut sup);
+    let socket = control_socket(&state);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600);
+    assert_eq!(mode(socket.parent().unwrap()), 0o700);
+    // Where a connect would start: the socket's directory (`sh` is everywhere; a
+    // client program run as nobody may not be readable by nobody).
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(r#"cd "$1" && echo reached"#)
+        .arg("sh")
+        .arg(socket.parent().unwrap())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("ermission denied") || text(&out.stderr).contains("can't cd"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(alive(root) && alive(sup.pid()));
+    assert_eq!(listed(&mut sup), [tree]);
+    assert_eq!(sup.close(), 0);
     assert_nothing_left();
 }

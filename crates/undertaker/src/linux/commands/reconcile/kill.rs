@@ -11,7 +11,7 @@ use crate::linux::commands::control;
 use crate::linux::kernel::poll::poll_until;
 use crate::linux::proof::signal::{NotProven, ProvenProcess};
 use crate::linux::proof::teardown::KILL_CAP;
-use crate::registry::{RegistryError, StoredState, TreeRecord};
+use crate::registry::{record_file, RegistryError, StoredState, TreeRecord};
 use crate::report::{SweepAction, TreeSweep};
 use rustix::event::{PollFd, PollFlags};
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ pub fn kill(
         });
     }
     if let (Some(r), GuardianState::Alive) = (rec, guardian_state(ctx, id, rec)) {
-        if r.guardian.supervisor {
+        if held_by_a_supervisor(ctx, id, r) {
             return Ok(ask_supervisor(ctx, id, r, label));
         }
         if let Some(done) = kill_live_guardian(ctx, id, r, label.clone(), grace)? {
@@ -77,6 +77,16 @@ pub fn kill(
             left_alive: live_count(ctx, id, rec_now.as_ref().or(rec)),
         }),
     }
+}
+
+/// Whether a tree's live guardian is a supervisor: its record says so, or (a record
+/// written before the mark existed, by a supervisor still running an older binary) the
+/// tree has `guarded` lines, which only a supervisor writes.
+fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
+    r.guardian.supervisor
+        || record_file::read(&record_file::path_of(&ctx.dir, id)).is_some_and(|file| {
+            (file.audit.iter()).any(|(_, e)| e.event == crate::linux::commands::takeover::GUARDED)
+        })
 }
 
 /// `kill` of a tree a live supervisor holds: the supervisor is asked over its
