@@ -82,6 +82,9 @@ pub(crate) struct Listener {
     name: String,
     /// Accepted connections whose line is not complete yet.
     pending: Vec<Pending>,
+    /// `accept` failed for want of a descriptor: the socket, which stays readable,
+    /// is not polled until then (it would wake the loop without end).
+    resting_until: Option<Instant>,
 }
 
 struct Pending {
@@ -126,6 +129,7 @@ impl Listener {
             dir,
             name,
             pending: Vec::new(),
+            resting_until: None,
         };
         // Before `listen`: nobody can connect until the mode is 0600 (the directory
         // already keeps other uids out).
@@ -141,12 +145,18 @@ impl Listener {
 
     /// What to poll for reading: the socket and each connection being read.
     pub(crate) fn fds(&self) -> impl Iterator<Item = BorrowedFd<'_>> {
-        std::iter::once(self.fd.as_fd()).chain(self.pending.iter().map(|p| p.fd.as_fd()))
+        let listening = self.resting_until.is_none().then(|| self.fd.as_fd());
+        listening
+            .into_iter()
+            .chain(self.pending.iter().map(|p| p.fd.as_fd()))
     }
 
-    /// When the oldest connection being read runs out of time.
+    /// When the oldest connection being read runs out of time, or the socket is
+    /// polled again.
     pub(crate) fn deadline(&self) -> Option<Instant> {
-        self.pending.iter().map(|p| p.deadline).min()
+        (self.pending.iter().map(|p| p.deadline))
+            .chain(self.resting_until)
+            .min()
     }
 
     /// Never waits: accepts what is queued (processes of uid `uid` only; others, and
@@ -154,9 +164,30 @@ impl Listener {
     /// and returns the connections whose line is complete. Connections past their
     /// deadline, closed, or sending more than [`MAX_REQUEST`] bytes are dropped.
     pub(crate) fn accept(&mut self, uid: u32) -> Vec<Connection> {
-        while let Ok(fd) =
-            rustix::net::accept_with(&self.fd, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC)
-        {
+        let now = Instant::now();
+        if self.resting_until.is_some_and(|t| now < t) {
+            return self.read_pending(now);
+        }
+        self.resting_until = None;
+        // Bounded: a peer connecting without end must not keep us here.
+        for _ in 0..4 * MAX_OPEN {
+            let fd = match rustix::net::accept_with(
+                &self.fd,
+                SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+            ) {
+                Ok(fd) => fd,
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::CONNABORTED) => continue,
+                Err(
+                    rustix::io::Errno::MFILE
+                    | rustix::io::Errno::NFILE
+                    | rustix::io::Errno::NOBUFS
+                    | rustix::io::Errno::NOMEM,
+                ) => {
+                    self.resting_until = Some(now + Duration::from_millis(100));
+                    break;
+                }
+                Err(_) => break,
+            };
             let ours = rustix::net::sockopt::socket_peercred(&fd)
                 .is_ok_and(|cred| cred.uid.as_raw() == uid);
             if ours && self.pending.len() < MAX_OPEN {
@@ -167,7 +198,11 @@ impl Listener {
                 });
             }
         }
-        let now = Instant::now();
+        self.read_pending(Instant::now())
+    }
+
+    /// Reads what each connection sent; returns those whose line is complete.
+    fn read_pending(&mut self, now: Instant) -> Vec<Connection> {
         let mut done = Vec::new();
         for mut p in std::mem::take(&mut self.pending) {
             match read_some(p.fd.as_fd(), &mut p.line) {

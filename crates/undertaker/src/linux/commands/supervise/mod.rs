@@ -72,10 +72,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
-    let (control, control_unreachable) = match listen_for_control(opts, &signaller) {
-        Ok(listener) => (Some(listener), None),
-        Err(why) => (None, Some(why)),
-    };
+    let (control, control_unreachable) = listen_for_control(opts, &signaller);
     let mut sup = Supervisor {
         opts,
         signaller,
@@ -110,21 +107,31 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
 }
 
 /// The control socket (see `control`), in the state dir, named after this
-/// supervisor's identity as its trees' records give it; `Err` says why there is none.
+/// supervisor's identity as its trees' records give it; else why there is none.
 /// Without one, `kill` of a tree we hold cannot reach us and says so (exit status 3);
 /// it never falls back to signalling us. Each tree's log says it too (a supervisor's
 /// stderr is often read by no one).
-fn listen_for_control(opts: &GuardOptions, signaller: &Signaller) -> Result<Listener, String> {
+fn listen_for_control(
+    opts: &GuardOptions,
+    signaller: &Signaller,
+) -> (Option<Listener>, Option<String>) {
     let me = signaller.me();
-    let starttime = (signaller.procfs().stat(me.pid))
-        .map_err(|e| format!("reading /proc/self: {e}"))?
-        .starttime;
-    let state = crate::registry::state_dir::resolve(opts.state_dir.as_deref())
-        .and_then(|(path, _)| crate::registry::StateDir::prepare(&path, me.uid))
-        .map_err(|e| e.to_string())?;
-    Listener::bind(&state, me.uid, me.pid, starttime, signaller.procfs())
-        .map_err(|e| format!("no control socket: {e}"))
-        .inspect_err(|e| tracing::warn!("`undertaker kill` cannot ask this supervisor: {e}"))
+    let listener = (signaller.procfs().stat(me.pid))
+        .map_err(|e| format!("reading /proc/self: {e}"))
+        .and_then(|stat| {
+            let state = crate::registry::state_dir::resolve(opts.state_dir.as_deref())
+                .and_then(|(path, _)| crate::registry::StateDir::prepare(&path, me.uid))
+                .map_err(|e| e.to_string())?;
+            Listener::bind(&state, me.uid, me.pid, stat.starttime, signaller.procfs())
+                .map_err(|e| format!("no control socket: {e}"))
+        });
+    match listener {
+        Ok(listener) => (Some(listener), None),
+        Err(why) => {
+            tracing::warn!("`undertaker kill` cannot ask this supervisor: {why}");
+            (None, Some(why))
+        }
+    }
 }
 
 /// The process whose children `register`/`adopt` accept: `--owner PID`, else our
