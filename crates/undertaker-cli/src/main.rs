@@ -84,6 +84,14 @@ enum Command {
     /// Finish the job of dead guardians: tear down their trees, with proof.
     Sweep(SweepArgs),
     /// Tear one tree down now.
+    ///
+    /// A tree a supervisor holds is ended by asking that supervisor over its control
+    /// socket; the supervisor is never signalled. When it cannot be asked (no control
+    /// socket in this state dir, e.g. it runs in another PID namespace), nothing is
+    /// signalled and the exit status is 3.
+    ///
+    /// Exit status: 0 the tree is gone; 1 something of it is left or it could not be
+    /// touched; 2 usage error; 3 its supervisor cannot be asked.
     Kill(KillArgs),
     /// Show the audit log: every signal sent and every refusal, oldest first.
     Log(LogArgs),

@@ -65,7 +65,11 @@ pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
                 r.id.clone(),
                 opt(r.label.clone()),
                 opt(r.tier),
-                opt(r.guardian_pid),
+                match r.supervisor_reachable {
+                    // `kill` of its trees refuses: the table says why at once.
+                    Some(false) => format!("{} (cannot be asked)", opt(r.guardian_pid)),
+                    _ => opt(r.guardian_pid),
+                },
                 opt(r.owner_pid),
                 opt(r.root_pid),
                 r.live_processes.to_string(),

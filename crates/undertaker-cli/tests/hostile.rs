@@ -100,6 +100,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
             starttime: 1,
             pgid: 999_999,
             pidfs_inode: None,
+            supervisor: false,
         },
         root: None,
         owner: OwnerRecord {

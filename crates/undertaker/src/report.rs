@@ -70,6 +70,9 @@ pub struct PsRow {
     /// False for a tree known only from its lock file and marked processes (its
     /// record was lost, e.g. with a corrupt database).
     pub recorded: bool,
+    /// For a tree a live supervisor holds: whether `undertaker kill` can ask it (its
+    /// control socket is there). `None` for any other tree.
+    pub supervisor_reachable: Option<bool>,
 }
 
 impl PsRow {
@@ -97,6 +100,7 @@ impl PsRow {
             age_ms: Some(now_ms - r.created_ms),
             exit_status: r.exit_status,
             recorded: true,
+            supervisor_reachable: None,
         }
     }
 }
@@ -115,6 +119,9 @@ pub enum SweepAction {
     GuardianTerminated,
     /// `kill` of a live guardian that did not finish in time.
     GuardianUnresponsive,
+    /// `kill` of a tree whose live supervisor cannot be asked (no control socket
+    /// here): nothing was signalled.
+    SupervisorUnreachable,
     /// `kill`: the tree was already finished.
     Finished,
 }
@@ -126,6 +133,7 @@ names!(SweepAction {
     Refused => "refused",
     GuardianTerminated => "guardian_terminated",
     GuardianUnresponsive => "guardian_unresponsive",
+    SupervisorUnreachable => "supervisor_unreachable",
     Finished => "finished",
 });
 
@@ -156,6 +164,9 @@ names!(TargetOutcome {
     WouldSignal => "would_signal",
 });
 
+/// `kill`'s exit status when the tree's supervisor cannot be asked.
+pub const SUPERVISOR_UNREACHABLE_EXIT: i32 = 3;
+
 /// What `sweep` or `kill` did to one tree.
 #[derive(Debug, Clone, Serialize)]
 pub struct TreeSweep {
@@ -170,8 +181,12 @@ pub struct TreeSweep {
 
 impl TreeSweep {
     /// `kill`'s exit status: 0 when the tree is gone, 1 when something is left or the
-    /// tree could not be touched.
+    /// tree could not be touched, 3 when its supervisor cannot be asked (nothing was
+    /// signalled: the tree lives on, held by its supervisor).
     pub fn exit_code(&self) -> i32 {
+        if self.action == SweepAction::SupervisorUnreachable {
+            return SUPERVISOR_UNREACHABLE_EXIT;
+        }
         let failed = matches!(
             self.action,
             SweepAction::Refused | SweepAction::GuardianUnresponsive
@@ -309,6 +324,7 @@ mod tests {
             SweepAction::Refused,
             SweepAction::GuardianTerminated,
             SweepAction::GuardianUnresponsive,
+            SweepAction::SupervisorUnreachable,
             SweepAction::Finished,
         ] {
             assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
@@ -383,5 +399,7 @@ mod tests {
         assert_eq!(t(SweepAction::Refused, 0).exit_code(), 1);
         assert_eq!(t(SweepAction::GuardianUnresponsive, 0).exit_code(), 1);
         assert_eq!(t(SweepAction::GuardianTerminated, 0).exit_code(), 0);
+        assert_eq!(t(SweepAction::SupervisorUnreachable, 0).exit_code(), 3);
+        assert_eq!(t(SweepAction::SupervisorUnreachable, 2).exit_code(), 3);
     }
 }

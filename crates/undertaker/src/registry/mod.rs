@@ -70,6 +70,12 @@ pub struct GuardianRecord {
     pub starttime: u64,
     pub pgid: i32,
     pub pidfs_inode: Option<u64>,
+    /// The guardian is a supervisor holding many trees: `kill` asks it over its
+    /// control socket and never signals it (docs/SUPERVISE.md). Absent in records
+    /// written before it existed, and in the database (whose rows are for trees whose
+    /// guardian is gone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub supervisor: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -267,6 +267,7 @@ mod tests {
                 starttime: 6,
                 pgid: 5,
                 pidfs_inode: None,
+                supervisor: false,
             },
             root: None,
             owner: OwnerRecord {

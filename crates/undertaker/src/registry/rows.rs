@@ -118,6 +118,7 @@ pub(super) fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord>
             pidfs_inode: r
                 .get::<_, Option<i64>>("guardian_pidfs_inode")?
                 .map(|v| v as u64),
+            supervisor: false,
         },
         root,
         owner: OwnerRecord {

@@ -32,6 +32,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
             starttime: 20,
             pgid: 10,
             pidfs_inode: Some(u64::MAX - 3),
+            supervisor: false,
         },
         root: None,
         owner: OwnerRecord {

@@ -9,6 +9,7 @@
 use crate::identity::TreeId;
 use crate::linux::commands::heal;
 use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
 use crate::linux::contain::containment::Containment;
@@ -119,7 +120,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     tracing::debug!(tier = %containment.tier(), "tier chosen");
     let mut host = take_over(&containment, signals)?;
     let owner_record = owner.record(&guard.owner, signaller.procfs());
-    let mut tree = Tree::record(guard, id.clone(), containment, &signaller, owner_record)?;
+    let mut tree = Tree::record(
+        guard,
+        id.clone(),
+        containment,
+        &signaller,
+        owner_record,
+        GuardianKind::Run,
+    )?;
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));

@@ -5,7 +5,7 @@ mod taken;
 mod teardown;
 
 use crate::identity::TreeId;
-use crate::linux::commands::record::Recorder;
+use crate::linux::commands::record::{GuardianKind, Recorder};
 use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::contain::spawn::Launch;
@@ -185,9 +185,10 @@ impl Tree {
         containment: Containment,
         signaller: &Signaller,
         owner: OwnerRecord,
+        kind: GuardianKind<'_>,
     ) -> Result<Self, RunError> {
         let tier = containment.tier().into();
-        let recorder = Recorder::start(opts, &id, tier, signaller, owner)?;
+        let recorder = Recorder::start(opts, &id, tier, signaller, owner, kind)?;
         Ok(Tree {
             id,
             label: opts.label.clone(),

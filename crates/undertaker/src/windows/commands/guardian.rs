@@ -163,6 +163,7 @@ impl Recorder {
             starttime: sys::own_creation_time().unwrap_or(0),
             pgid: 0,
             pidfs_inode: None,
+            supervisor: false,
         };
         let record = TreeRecord::starting(
             tree.to_string(),

@@ -431,6 +431,7 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
                     starttime: info.guardian_starttime,
                     pgid: 0,
                     pidfs_inode: None,
+                    supervisor: false,
                 },
                 root: None,
                 owner: OwnerRecord {

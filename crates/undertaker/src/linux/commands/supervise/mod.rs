@@ -72,7 +72,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
-    let control = listen_for_control(&signaller);
+    let (control, control_unreachable) = listen_for_control(opts, &signaller);
     let mut sup = Supervisor {
         opts,
         signaller,
@@ -88,6 +88,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         predecessors_checked: false,
         search: Default::default(),
         control,
+        control_unreachable,
     };
     // Before serving: a dead predecessor's trees (same owner) are ours to carry on,
     // so a replayed `register` finds them and no self-healing takes them away.
@@ -105,15 +106,32 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     Ok(0)
 }
 
-/// The control socket, named after this supervisor's identity as its trees'
-/// records give it. Without one, `kill` of a tree we hold cannot reach us and says
-/// so; it never falls back to signalling us.
-fn listen_for_control(signaller: &Signaller) -> Option<Listener> {
+/// The control socket (see `control`), in the state dir, named after this
+/// supervisor's identity as its trees' records give it; else why there is none.
+/// Without one, `kill` of a tree we hold cannot reach us and says so (exit status 3);
+/// it never falls back to signalling us. Each tree's log says it too (a supervisor's
+/// stderr is often read by no one).
+fn listen_for_control(
+    opts: &GuardOptions,
+    signaller: &Signaller,
+) -> (Option<Listener>, Option<String>) {
     let me = signaller.me();
-    let starttime = signaller.procfs().stat(me.pid).ok()?.starttime;
-    Listener::bind(&me.boot_id, me.pid, starttime)
-        .inspect_err(|e| tracing::warn!("no control socket for `undertaker kill`: {e}"))
-        .ok()
+    let listener = (signaller.procfs().stat(me.pid))
+        .map_err(|e| format!("reading /proc/self: {e}"))
+        .and_then(|stat| {
+            let state = crate::registry::state_dir::resolve(opts.state_dir.as_deref())
+                .and_then(|(path, _)| crate::registry::StateDir::prepare(&path, me.uid))
+                .map_err(|e| e.to_string())?;
+            Listener::bind(&state, me.uid, me.pid, stat.starttime, signaller.procfs())
+                .map_err(|e| format!("no control socket: {e}"))
+        });
+    match listener {
+        Ok(listener) => (Some(listener), None),
+        Err(why) => {
+            tracing::warn!("`undertaker kill` cannot ask this supervisor: {why}");
+            (None, Some(why))
+        }
+    }
 }
 
 /// The process whose children `register`/`adopt` accept: `--owner PID`, else our
@@ -155,6 +173,8 @@ pub(crate) struct Supervisor<'a> {
     search: takeover::PendingSearch,
     /// Where `undertaker kill <tree>` asks us to end one tree (see `control`).
     control: Option<Listener>,
+    /// Why there is no control socket, for each tree's record.
+    control_unreachable: Option<String>,
 }
 
 impl Supervisor<'_> {
@@ -167,14 +187,24 @@ impl Supervisor<'_> {
             let mut fds: Vec<(BorrowedFd<'_>, PollFlags)> =
                 vec![(self.channel.fd(), PollFlags::IN)];
             fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
-            fds.extend(self.control.as_ref().map(|c| (c.fd(), PollFlags::IN)));
+            // The control socket's connections are read here too, never waited
+            // for: a silent one must not hold up the channel or the owner watch.
+            fds.extend(
+                (self.control.iter())
+                    .flat_map(Listener::fds)
+                    .map(|fd| (fd, PollFlags::IN)),
+            );
             fds.extend(
                 (self.trees.iter())
                     .filter_map(Tree::root_fd)
                     .map(|fd| (fd, PollFlags::IN)),
             );
-            let until = (self.search.is_pending())
+            let search = (self.search.is_pending())
                 .then(|| std::time::Instant::now() + takeover::SEARCH_POLL);
+            let until = [search, self.control.as_ref().and_then(Listener::deadline)]
+                .into_iter()
+                .flatten()
+                .min();
             let got = self.host.next_event(&fds, until);
             drop(fds);
             // The signals `run` would forward to its one CMD (SIGINT, SIGHUP, ...)
@@ -187,7 +217,7 @@ impl Supervisor<'_> {
             self.host.reap(&mut |_, _| {});
             self.take_over_if_answered();
             self.roots_exited();
-            if self.control.as_ref().is_some_and(|c| readable_now(c.fd())) {
+            if self.control.is_some() {
                 if owner.gone() {
                     return;
                 }
@@ -215,8 +245,11 @@ impl Supervisor<'_> {
     /// Requests on the control socket: `kill` of one tree, from `undertaker kill`.
     /// The host hears of it as of any tree that ends (`exited` for a spawned root).
     fn serve_control(&mut self) {
-        let Some(control) = &self.control else { return };
-        for conn in control.accept(self.signaller.me().uid) {
+        let uid = self.signaller.me().uid;
+        let Some(control) = &mut self.control else {
+            return;
+        };
+        for conn in control.accept(uid) {
             let reply = match parse_line(&conn.line) {
                 Ok(Some(Envelope {
                     id,

@@ -65,8 +65,15 @@ fn record_spawn_finish() {
     let row = || record_file::read(&file).unwrap().tree;
 
     // Recorded before anything runs: a record file, its lock held.
-    let mut tree =
-        Tree::record(&opts, id.clone(), Containment::Subreaper, &signaller, owner).unwrap();
+    let mut tree = Tree::record(
+        &opts,
+        id.clone(),
+        Containment::Subreaper,
+        &signaller,
+        owner,
+        GuardianKind::Run,
+    )
+    .unwrap();
     assert_eq!(row().state, StoredState::Running);
     assert!(FileLock::try_acquire(&file).unwrap().is_none(), "lock held");
 
