@@ -41,7 +41,8 @@ Examples:
 
 Exit status: `run` exits with CMD's status (128+N when a signal N ended it), 127 or 126
 when CMD cannot be found or run, 125 when undertaker could not guard it; 2 for a usage
-error everywhere; `kill` and `sweep` 0 when nothing guarded is left alive, 1 otherwise.";
+error everywhere; `kill` and `sweep` 0 when nothing guarded is left alive, 1 otherwise,
+and `kill` 3 when the tree's supervisor cannot be asked (nothing is signalled then).";
 
 #[derive(Parser, Debug)]
 #[command(
