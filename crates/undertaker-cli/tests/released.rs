@@ -198,3 +198,41 @@ fn released_trees_stay_released_across_a_supervisor_restart_in_the_subreaper_tie
     }
     released_then_restarted("subreaper");
 }
+
+/// The cgroup a released record names, left behind with a member in it (as when a
+/// member forked while `release` moved it out) after its supervisor's `kill -9`: a
+/// dead guardian's tree cgroup, but `sweep`, the next supervisor and its self-healing
+/// leave it alone.
+#[test]
+fn a_released_trees_leftover_cgroup_is_never_swept() {
+    if !require_cgroup() || !isolate("a_released_trees_leftover_cgroup_is_never_swept") {
+        return;
+    }
+    let scratch = Scratch::new("released-cgroup");
+    let state = scratch.path().join("state");
+    let released = Group::start(&scratch, "released");
+    let mut first = Supervisor::start(&state, "cgroup");
+    let reply = first.request(&format!("register {}", released.pgid()));
+    let tree = ok(&reply)["tree"].as_str().unwrap().to_owned();
+    let cgroups = undertaker::testing::tree_cgroups_of_tree(&tree);
+    assert_eq!(cgroups.len(), 1, "{cgroups:?}");
+    ok(&first.request(&format!(r#"{{"op":"release","tree":"{tree}"}}"#)));
+    assert!(!cgroups[0].exists(), "release left the tree's cgroup");
+    kill9(&mut first.child);
+    // The leftover: the released tree's cgroup, its member back in it.
+    std::fs::create_dir(&cgroups[0]).unwrap();
+    let member = released.member.id();
+    std::fs::write(cgroups[0].join("cgroup.procs"), member.to_string()).unwrap();
+    let sweep = json(&ut(&state, &["sweep", "--json"]));
+    let second = Supervisor::start(&state, "cgroup");
+    // Its self-healing runs a second after it starts: give it time.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(second.close(), 0);
+    released.assert_untouched(&format!("sweep: {sweep}"));
+    // Ours to clean up: the processes, then the emptied cgroup.
+    released.end();
+    assert!(wait_until(Duration::from_secs(60), || {
+        std::fs::remove_dir(&cgroups[0]).is_ok() || !cgroups[0].exists()
+    }));
+    assert_nothing_left();
+}
