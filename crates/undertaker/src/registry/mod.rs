@@ -54,6 +54,12 @@ impl StoredState {
         }
     }
 
+    /// Finished or released: the record is closed, its guardian is done with it, and
+    /// nothing (a successor, `sweep`, self-healing, `kill`) may take it up again.
+    pub fn is_closed(self) -> bool {
+        matches!(self, StoredState::Finished | StoredState::Released)
+    }
+
     fn parse(s: &str) -> Self {
         match s {
             "running" => StoredState::Running,
@@ -340,11 +346,13 @@ impl Registry {
         )
     }
 
+    /// Marks a tree finished; a released tree stays released (its processes are the
+    /// host's, marked or not: a finished tree's marked processes are a sweep's).
     pub fn set_finished(&self, id: &str, exit_status: Option<i32>) -> Result<(), RegistryError> {
         let now = now_ms();
         self.update(
             "UPDATE trees SET state = 'finished', updated_ms = ?2, finished_ms = ?2,
-                exit_status = COALESCE(?3, exit_status) WHERE id = ?1",
+                exit_status = COALESCE(?3, exit_status) WHERE id = ?1 AND state != 'released'",
             params![id, now, exit_status],
         )
     }

@@ -136,6 +136,8 @@ struct Live {
     init_stuck: bool,
     /// The root's exit (or the taken leader's) was handled by the host.
     root_done: bool,
+    /// The root's status went out (a supervisor's `exited` event is sent once).
+    exit_announced: bool,
 }
 
 impl Live {
@@ -475,9 +477,16 @@ impl Tree {
         self.live.root_status.is_some() || self.live.root.as_ref().is_some_and(PidRef::exited)
     }
 
-    /// CMD's exit status, once collected.
-    pub(crate) fn root_status(&self) -> Option<i32> {
-        self.live.root_status
+    /// The root's pid and status, once collected, the first time they are asked for
+    /// (a supervisor announces a root's exit once, as soon as it knows it).
+    pub(crate) fn exit_to_announce(&mut self) -> Option<(i32, i32)> {
+        let pid = self.live.root.as_ref().map(PidRef::pid)?;
+        let status = self
+            .live
+            .root_status
+            .filter(|_| !self.live.exit_announced)?;
+        self.live.exit_announced = true;
+        Some((pid, status))
     }
 
     /// Tears the tree down: the whole tree through the escalation, or, in a PID
