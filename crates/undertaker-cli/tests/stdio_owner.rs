@@ -334,3 +334,22 @@ fn supervise_behind_a_shell_launcher_dies_with_the_host() {
     kill9(&mut host.child);
     assert_no_survivor("host kill -9 behind a launcher in front of supervise");
 }
+
+/// Both far ends already gone at start: the owner is dead, CMD never runs (125).
+#[test]
+fn stdio_peer_gone_at_start_means_cmd_never_runs() {
+    let scratch = Scratch::new("stdio-gone-at-start");
+    let ran = scratch.path().join("ran");
+    let (stdin_read, stdin_write) = rustix::pipe::pipe().unwrap();
+    let (stdout_read, stdout_write) = rustix::pipe::pipe().unwrap();
+    drop((stdin_write, stdout_read));
+    let status = undertaker()
+        .args(["run", "--", "sh", "-c", &format!("touch {}", ran.display())])
+        .stdin(Stdio::from(stdin_read))
+        .stdout(Stdio::from(stdout_write))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(125));
+    assert!(!ran.exists(), "CMD ran with its stdio peer gone");
+}
