@@ -218,8 +218,8 @@ fn a_slow_reader_gets_every_byte() {
 }
 
 /// `producer | head` behaves as before: head exits after one line, the producer dies
-/// of SIGPIPE at its next write (141), with stdin a terminal-less null device or a
-/// pipe whose writer lives (only one side gone: the rule does not fire).
+/// of SIGPIPE at its next write (141), with stdin the null device or a pipe whose
+/// writer lives (only one side gone: the rule does not fire).
 #[test]
 fn producer_into_head_ends_as_before() {
     let scratch = Scratch::new("stdio-head");
@@ -246,6 +246,19 @@ fn producer_into_head_ends_as_before() {
         let code = std::fs::read_to_string(&status).unwrap();
         assert_eq!(code.trim(), "141", "stdin {stdin}");
     }
+    // stdin a pipe whose writer is gone as well: both far ends are, once head exits;
+    // yes dies of its SIGPIPE (141) or of the teardown's SIGTERM (143), whichever is
+    // first, and the pipeline ends.
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &format!(": | {script}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    with_test_state(&mut sh);
+    let out = output_within_child(sh.spawn().unwrap(), Duration::from_secs(60))
+        .expect("`: | run -- yes | head -1` never ended");
+    assert_eq!(text(&out.stdout), "y\n");
+    let code = std::fs::read_to_string(&status).unwrap();
+    assert!(["141", "143"].contains(&code.trim()), "exit {code}");
 }
 
 fn output_within_child(child: Child, limit: Duration) -> Option<std::process::Output> {
