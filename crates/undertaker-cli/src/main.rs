@@ -132,6 +132,11 @@ struct GuardArgs {
     /// The owner holds the write end of this inherited pipe; end of file = owner gone.
     #[arg(long, value_name = "N", value_parser = parse_fd)]
     owner_fd: Option<i32>,
+    /// run: do not count the stdio peer as an owner (by default, when stdin and stdout
+    /// are pipes or sockets, no writer left on stdin and no reader on stdout tear the
+    /// tree down as the owner's death does).
+    #[arg(long)]
+    no_stdio_owner: bool,
     /// Containment mechanism (supervise refuses pidns: it is one namespace per `run`).
     #[arg(long, value_enum, default_value = "auto")]
     tier: TierArg,
@@ -148,6 +153,7 @@ impl GuardArgs {
             label: self.label,
             grace: self.grace,
             owner,
+            stdio_owner: !self.no_stdio_owner,
             tier: self.tier.into(),
             state_dir,
         }

@@ -17,6 +17,7 @@
 //!         label: Some("tests".into()),
 //!         grace: Duration::from_secs(2),
 //!         owner: OwnerSpec::Parent,
+//!         stdio_owner: true,
 //!         tier: Tier::Auto,
 //!         state_dir: None,
 //!     },

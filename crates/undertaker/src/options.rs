@@ -54,6 +54,11 @@ pub struct GuardOptions {
     /// Time between SIGTERM and SIGKILL in a teardown.
     pub grace: Duration,
     pub owner: OwnerSpec,
+    /// `run`: when stdin and stdout are pipes or sockets, their far ends gone (the
+    /// host that held them) count as the owner's death too (`--no-stdio-owner` turns
+    /// it off; docs/GUARANTEES.md, "The stdio peer"). `supervise`'s channel ending
+    /// is its stricter form already.
+    pub stdio_owner: bool,
     /// `supervise` refuses `pidns` (one namespace init per tree is what `run` is for).
     pub tier: Tier,
     /// Registry location; `None` = `$UNDERTAKER_STATE_DIR`, XDG state, `~/.local/state`.
@@ -66,6 +71,7 @@ impl Default for GuardOptions {
             label: None,
             grace: Duration::from_secs(2),
             owner: OwnerSpec::Parent,
+            stdio_owner: true,
             tier: Tier::Auto,
             state_dir: None,
         }

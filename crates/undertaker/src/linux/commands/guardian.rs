@@ -14,7 +14,7 @@ use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions;
-use crate::linux::contain::owner::Owner;
+use crate::linux::contain::owner::{Owner, StdioPeer};
 use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, CommandSpec, Launch};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
@@ -46,6 +46,7 @@ fn watch(
     host: &mut HostProcess,
     tree: &mut Tree,
     owner: &mut Owner,
+    stdio: &mut Option<StdioPeer>,
     signaller: &Signaller,
     heal: Option<&std::path::Path>,
 ) -> Cause {
@@ -57,6 +58,7 @@ fn watch(
         };
         let mut fds = vec![(root.fd(), PollFlags::IN)];
         fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
+        fds.extend(stdio.iter().flat_map(StdioPeer::fds));
         let wake = settle_at.into_iter().chain(heal_at).min();
         let Some(got) = host.next_event(&fds, wake) else {
             return Cause::Terminated;
@@ -86,6 +88,9 @@ fn watch(
         if owner.gone() {
             return Cause::OwnerDied;
         }
+        if stdio.as_mut().is_some_and(StdioPeer::gone) {
+            return Cause::StdioPeerGone;
+        }
     }
 }
 
@@ -105,6 +110,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     let guard = &opts.guard;
     let mut owner = Owner::resolve(&guard.owner)?;
+    let mut stdio = guard.stdio_owner.then(StdioPeer::detect).flatten();
     let mut signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
     if let Some(pid) = owner.pid() {
@@ -132,6 +138,11 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
+    if stdio.as_mut().is_some_and(StdioPeer::gone) {
+        return Err(RunError::OwnerGone(
+            "the stdio peer (no writer left on stdin, no reader on stdout)".into(),
+        ));
+    }
     // The host stopped the process it started while we set up: start nothing.
     if sentinel::gone(&signaller) {
         return Err(RunError::OwnerGone(
@@ -155,6 +166,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         &mut host,
         &mut tree,
         &mut owner,
+        &mut stdio,
         &signaller,
         guard.state_dir.as_deref(),
     );

@@ -32,7 +32,22 @@ pub(crate) const SETTLE_AFTER: Duration = Duration::from_millis(20);
 pub enum Cause {
     CommandExited,
     OwnerDied,
+    /// No writer left on stdin and no reader on stdout: the host holding them is gone
+    /// (see `owner::StdioPeer`).
+    StdioPeerGone,
     Terminated,
+}
+
+impl Cause {
+    /// The audit log's note for a cause the log would not show otherwise.
+    fn audit_note(self) -> Option<&'static str> {
+        match self {
+            Cause::StdioPeerGone => {
+                Some("stdio peer gone: no writer left on stdin, no reader on stdout; tearing down")
+            }
+            Cause::CommandExited | Cause::OwnerDied | Cause::Terminated => None,
+        }
+    }
 }
 
 /// What the process holding trees does for all of them. Reaping and waiting for
@@ -493,6 +508,15 @@ impl Tree {
     /// namespace, through the init (SIGTERM, then SIGKILL, which ends the namespace).
     /// Returns the members still alive afterwards.
     pub fn tear_down(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) -> usize {
+        if let Some(note) = cause.audit_note() {
+            // Queued: written with the first batch of signals, not before them.
+            self.recorder.audit_line(crate::registry::AuditEntry {
+                actor: "guardian".into(),
+                event: "note".into(),
+                message: Some(note.into()),
+                ..Default::default()
+            });
+        }
         if self.live.in_namespace() {
             self.tear_down_namespace(cause, signaller, host);
             return usize::from(self.live.init_stuck);

@@ -50,6 +50,7 @@ fn record_spawn_finish() {
         label: Some("life".into()),
         grace: Duration::from_secs(1),
         owner: OwnerSpec::Parent,
+        stdio_owner: true,
         tier: Tier::Subreaper,
         state_dir: Some(state.clone()),
     };
