@@ -119,6 +119,10 @@ impl GuardArgs {
 struct RunArgs {
     #[command(flatten)]
     guard: GuardArgs,
+    /// Before CMD starts, end the live tree(s) with this --label that the same host
+    /// started (the host behind any launcher; docs/GUARANTEES.md).
+    #[arg(long, requires = "label")]
+    replace: bool,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -291,6 +295,7 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     let opts = RunOptions {
         command: args.command,
         guard: args.guard.options(state_dir),
+        replace: args.replace,
     };
     report(undertaker::run(&opts))
 }

@@ -35,10 +35,22 @@ fn check_label(label: Option<&str>) -> Result<(), RunError> {
 /// exit with: CMD's own, or 128 + the signal that ended it.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     check_label(opts.guard.label.as_deref())?;
+    if opts.replace && opts.guard.label.is_none() {
+        return Err(RunError::Usage(
+            "--replace needs --label: it replaces the tree of that label".into(),
+        ));
+    }
     #[cfg(target_os = "linux")]
     return guardian::run(opts);
     #[cfg(windows)]
-    return crate::windows::commands::guardian::run(opts);
+    {
+        if opts.replace {
+            return Err(RunError::Setup(
+                "--replace is not available on Windows yet".into(),
+            ));
+        }
+        return crate::windows::commands::guardian::run(opts);
+    }
     #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = opts;

@@ -20,6 +20,7 @@
 //!         tier: Tier::Auto,
 //!         state_dir: None,
 //!     },
+//!     replace: false,
 //! };
 //! std::process::exit(undertaker::run(&opts)?);
 //! # Ok::<(), undertaker::RunError>(())

@@ -11,6 +11,7 @@ use crate::linux::commands::heal;
 use crate::linux::commands::host::HostProcess;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
+use crate::linux::commands::{replace, started_by};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::Owner;
@@ -110,6 +111,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller.protect_owner(pid);
     }
     let id = new_tree_id(&signaller)?;
+    // Read here, in the process the host's launch made: its parent is the launcher
+    // or the host itself.
+    let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
     let signaller = match sentinel::split(&signaller)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
@@ -120,6 +124,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let mut host = take_over(&containment, signals)?;
     let owner_record = owner.record(&guard.owner, signaller.procfs());
     let mut tree = Tree::record(guard, id.clone(), containment, &signaller, owner_record)?;
+    tree.record_start(&start);
+    if opts.replace {
+        replace::end_predecessors(guard, &id, &start);
+    }
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
