@@ -152,6 +152,9 @@ struct PsArgs {
     /// Include finished trees.
     #[arg(long)]
     all: bool,
+    /// Group the trees by the host that started them (JSON: one object per host).
+    #[arg(long)]
+    by_owner: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -169,8 +172,12 @@ struct SweepArgs {
 
 #[derive(clap::Args, Debug)]
 struct KillArgs {
-    /// Tree id, or a unique prefix of at least 4 characters.
+    /// Tree id, a unique prefix of at least 4 characters, or a label.
     tree: String,
+    /// End every live tree with the label (needed when it names more than one;
+    /// --json then prints an array).
+    #[arg(long)]
+    all: bool,
     /// Print one JSON object (fields: docs/CLI-JSON.md).
     #[arg(long)]
     json: bool,
@@ -184,7 +191,8 @@ struct LogArgs {
     /// Print one JSON array (fields: docs/CLI-JSON.md).
     #[arg(long)]
     json: bool,
-    /// Only this tree's entries (id or unique prefix of at least 4 characters).
+    /// Only this tree's entries (id, unique prefix of at least 4 characters, or a
+    /// label: every tree with it).
     #[arg(long, value_name = "TREE")]
     tree: Option<String>,
     /// Only the newest N entries (one page; read without loading the rest).

@@ -81,7 +81,7 @@ pub(crate) mod windows;
 #[cfg(all(target_os = "linux", feature = "process-wrap"))]
 pub mod wrap;
 
-pub use api::{doctor, kill, log, log_page, ps, run, supervise, sweep, MAX_LABEL};
+pub use api::{doctor, kill, kill_named, log, log_page, ps, run, supervise, sweep, MAX_LABEL};
 #[cfg(target_os = "linux")]
 pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
 #[cfg(target_os = "linux")]
