@@ -126,7 +126,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let mut tree = Tree::record(guard, id.clone(), containment, &signaller, owner_record)?;
     tree.record_start(&start);
     if opts.replace {
-        replace::end_predecessors(guard, &id, &start);
+        replace::end_predecessors(guard, &id, &start, &signaller);
     }
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {

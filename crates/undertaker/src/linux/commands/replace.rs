@@ -6,7 +6,9 @@
 
 use crate::identity::TreeId;
 use crate::linux::commands::reconcile::{self, Context};
-use crate::registry::{HostRecord, StartRecord, StoredState, TreeRecord};
+use crate::linux::proof::signal::Signaller;
+use crate::registry::record_file;
+use crate::registry::{state_dir, HostRecord, StartRecord, StateDir, StoredState, TreeRecord};
 use crate::report::TreeSweep;
 use crate::GuardOptions;
 
@@ -35,10 +37,28 @@ pub(crate) fn end_predecessors(
     opts: &GuardOptions,
     own: &TreeId,
     start: &StartRecord,
+    signaller: &Signaller,
 ) -> Vec<TreeSweep> {
     let (Some(label), Some(host)) = (opts.label.as_deref(), start.host.as_ref()) else {
         return Vec::new();
     };
+    let me = signaller.me();
+    // The live record files first: the database is opened only when there is a tree
+    // to end, as `undertaker kill` opens it (a guardian's start-up never needs it).
+    let dir = state_dir::resolve(opts.state_dir.as_deref())
+        .and_then(|(path, _)| StateDir::prepare(&path, me.uid));
+    let Ok(dir) = dir else {
+        return Vec::new();
+    };
+    let old: Vec<TreeRecord> = (record_file::list(&dir).into_iter())
+        .filter_map(|(_, path)| record_file::read(&path))
+        .filter(|read| !read.finished)
+        .map(|read| read.tree)
+        .filter(|t| is_predecessor(t, own, &me.boot_id, label, host))
+        .collect();
+    if old.is_empty() {
+        return Vec::new();
+    }
     let ctx = match Context::open(opts.state_dir.as_deref()) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -46,11 +66,6 @@ pub(crate) fn end_predecessors(
             return Vec::new();
         }
     };
-    let boot_id = ctx.signaller.me().boot_id.clone();
-    let old: Vec<TreeRecord> = (ctx.live.iter().map(|l| &l.tree))
-        .filter(|t| is_predecessor(t, own, &boot_id, label, host))
-        .cloned()
-        .collect();
     let mut done = Vec::new();
     for tree in old {
         match reconcile::kill(&ctx, &tree.id, Some(&tree), opts.grace) {
