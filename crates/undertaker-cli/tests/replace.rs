@@ -38,6 +38,18 @@ impl Host {
         count: usize,
         run: &[&str],
     ) -> Self {
+        Self::start_with(scratch, state, launcher, count, run, "pipes")
+    }
+
+    /// [`Host::start`] with the servers' stdio as `stdio`: `pipes`, or `socketpair`.
+    fn start_with(
+        scratch: &Scratch,
+        state: &Path,
+        launcher: &[&str],
+        count: usize,
+        run: &[&str],
+        stdio: &str,
+    ) -> Self {
         let script = scratch.file("replace_host.py", REPLACE_HOST);
         let mut child = Command::new("python3")
             .arg(script)
@@ -53,6 +65,7 @@ impl Host {
             .args(run)
             .env_remove("UNDERTAKER_TREE")
             .env_remove("UNDERTAKER_STATE_DIR")
+            .env("STDIO", stdio)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -94,19 +107,14 @@ fn running(state: &Path, label: &str) -> Vec<Value> {
         .collect()
 }
 
-fn replaced_twice_leaves_one(test: &str, launcher: &[&str]) {
+fn replaced_twice_leaves_one(test: &str, launcher: &[&str], stdio: &str) {
     if !isolate(test) || !require_python() {
         return;
     }
     let scratch = Scratch::new("replace");
     let state = scratch.path().join("state");
-    let host = Host::start(
-        &scratch,
-        &state,
-        launcher,
-        2,
-        &["--label", "srv", "--replace"],
-    );
+    let run = &["--label", "srv", "--replace"];
+    let host = Host::start_with(&scratch, &state, launcher, 2, run, stdio);
     // Ended by SIGTERM from its guardian, as `kill` ends a tree.
     assert_eq!(
         host.report["statuses"][0], 143,
@@ -133,12 +141,26 @@ fn replaced_twice_leaves_one(test: &str, launcher: &[&str]) {
 
 #[test]
 fn replace_started_directly_leaves_one_tree() {
-    replaced_twice_leaves_one("replace_started_directly_leaves_one_tree", &[]);
+    replaced_twice_leaves_one("replace_started_directly_leaves_one_tree", &[], "pipes");
 }
 
 #[test]
 fn replace_through_a_shell_leaves_one_tree() {
-    replaced_twice_leaves_one("replace_through_a_shell_leaves_one_tree", SH_LAUNCHER);
+    replaced_twice_leaves_one(
+        "replace_through_a_shell_leaves_one_tree",
+        SH_LAUNCHER,
+        "pipes",
+    );
+}
+
+/// Node hosts give their children socket pairs, not pipes.
+#[test]
+fn replace_through_a_shell_on_a_socket_pair_leaves_one_tree() {
+    replaced_twice_leaves_one(
+        "replace_through_a_shell_on_a_socket_pair_leaves_one_tree",
+        SH_LAUNCHER,
+        "socketpair",
+    );
 }
 
 #[test]
@@ -315,5 +337,60 @@ fn kill_and_log_take_a_label() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 
     host.finish();
+    assert_nothing_left();
+}
+
+/// The `ps` row of the tree labelled `label` once its CMD is spawned (who started it
+/// is recorded before that).
+fn started_tree(state: &Path, label: &str) -> Value {
+    let mut row = Value::Null;
+    let started = wait_until(Duration::from_secs(60), || {
+        row = find_tree(state, label, Duration::from_secs(60)).unwrap_or_default();
+        !row["root_pid"].is_null()
+    });
+    assert!(started, "{label}: CMD never started: {row}");
+    row
+}
+
+#[test]
+fn without_stdio_pipes_or_with_a_sibling_writer_the_host_is_the_parent() {
+    if !isolate("without_stdio_pipes_or_with_a_sibling_writer_the_host_is_the_parent") {
+        return;
+    }
+    let scratch = Scratch::new("host-parent");
+    let state = scratch.path().join("state");
+    let s = state.display();
+    // `yes` writes undertaker's stdin pipe, but it is a sibling, not an ancestor; the
+    // shell, the parent, holds neither end. `; true` keeps the shell from exec'ing.
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "yes | {UNDERTAKER} --state-dir {s} run --label piped -- sleep 1000; true"
+        ))
+        .env_remove("UNDERTAKER_TREE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let piped = started_tree(&state, "piped");
+    assert_eq!(piped["host_found_by"], "parent", "{piped}");
+    assert_eq!(
+        piped["host_pid"].as_i64(),
+        Some(i64::from(sh.id())),
+        "{piped}"
+    );
+    assert_eq!(piped["host_name"], "sh", "{piped}");
+    kill9(&mut sh);
+    // Stdio from /dev/null: the parent, this test.
+    let mut plain = spawn_guarded(&state, "plain", "exec sleep 1000", &[]);
+    let row = started_tree(&state, "plain");
+    assert_eq!(row["host_found_by"], "parent", "{row}");
+    assert_eq!(
+        row["host_pid"].as_i64(),
+        Some(i64::from(std::process::id())),
+        "{row}"
+    );
+    signal_child(&plain, rustix::process::Signal::TERM);
+    assert!(wait_child(&mut plain, Duration::from_secs(60)).is_some());
     assert_nothing_left();
 }

@@ -10,10 +10,12 @@ held by this host (the server never reads them), waiting for each server to run 
 the next. Then prints one JSON line: its pid, the pid it started each time, and
 (when WAIT is 1) the exit status of each but the last once it has exited (null when
 it did not within 60 s). Then waits for end of file on its stdin, terminates what it started and exits.
-Standard library only.
+With STDIO=socketpair in its environment, each server's stdin and stdout are one end
+of a socket pair instead (as Node's child_process gives them). Standard library only.
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ DIR = sys.argv[1]
 COUNT = int(sys.argv[2])
 WAIT = sys.argv[3] == "1"
 PREFIX = sys.argv[5:]
+KEPT = []
 
 
 def wait_for(cond, limit=60.0):
@@ -36,7 +39,13 @@ def wait_for(cond, limit=60.0):
 def start(n):
     ready = os.path.join(DIR, "ready-%d-%d" % (os.getpid(), n))
     server = ["--", "sh", "-c", 'touch "$0"; exec sleep 1000', ready]
-    proc = subprocess.Popen(PREFIX + server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    if os.environ.get("STDIO") == "socketpair":
+        ours, theirs = socket.socketpair()
+        proc = subprocess.Popen(PREFIX + server, stdin=theirs, stdout=theirs)
+        theirs.close()
+        KEPT.append(ours)
+    else:
+        proc = subprocess.Popen(PREFIX + server, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     wait_for(lambda: os.path.exists(ready) or proc.poll() is not None)
     return proc
 
