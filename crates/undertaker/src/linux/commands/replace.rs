@@ -80,3 +80,64 @@ pub(crate) fn end_predecessors(
     }
     done
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{GuardianRecord, HostEvidence, OwnerKind, OwnerRecord, RecordedTier};
+
+    fn host(pid: i32, starttime: u64) -> HostRecord {
+        HostRecord {
+            pid,
+            starttime,
+            name: "python3".into(),
+            found_by: HostEvidence::Stdio,
+        }
+    }
+
+    fn tree(id: &str, label: &str, host: Option<HostRecord>) -> TreeRecord {
+        let mut t = TreeRecord::starting(
+            id.into(),
+            "boot".into(),
+            Some(label.into()),
+            RecordedTier::Subreaper,
+            GuardianRecord {
+                pid: 10,
+                starttime: 1,
+                pgid: 10,
+                pidfs_inode: None,
+            },
+            OwnerRecord {
+                kind: OwnerKind::Parent,
+                pid: Some(9),
+                starttime: Some(1),
+            },
+        );
+        t.start = Some(StartRecord {
+            host,
+            ..StartRecord::default()
+        });
+        t
+    }
+
+    #[test]
+    fn only_live_trees_of_the_same_label_and_host_are_predecessors() {
+        let own = TreeId::generate("boot", [1; 12]);
+        let me = host(100, 5);
+        let is = |t: &TreeRecord| is_predecessor(t, &own, "boot", "srv", &me);
+        assert!(is(&tree("a", "srv", Some(host(100, 5)))));
+        // Another host, the same number reused by another host, another label.
+        assert!(!is(&tree("a", "srv", Some(host(101, 5)))));
+        assert!(!is(&tree("a", "srv", Some(host(100, 6)))));
+        assert!(!is(&tree("a", "other", Some(host(100, 5)))));
+        // No host recorded (an older record), our own tree, another boot, finished.
+        assert!(!is(&tree("a", "srv", None)));
+        assert!(!is(&tree(own.as_str(), "srv", Some(host(100, 5)))));
+        let mut old_boot = tree("a", "srv", Some(host(100, 5)));
+        old_boot.boot_id = "earlier".into();
+        assert!(!is(&old_boot));
+        let mut finished = tree("a", "srv", Some(host(100, 5)));
+        finished.state = StoredState::Finished;
+        assert!(!is(&finished));
+    }
+}
