@@ -110,6 +110,32 @@ fn prove(
     })
 }
 
+/// Most bytes of CMD's arguments recorded: `ps` reads every live record file, and a
+/// person reads the start of a command line.
+const MAX_COMMAND: usize = 4096;
+
+/// CMD's arguments as text, cut (at a character boundary, marked "…") once they add
+/// up to [`MAX_COMMAND`] bytes.
+fn recorded_command(command: &[OsString]) -> Vec<String> {
+    let mut left = MAX_COMMAND;
+    let mut out = Vec::new();
+    for arg in command {
+        let arg = arg.to_string_lossy();
+        if arg.len() <= left {
+            left -= arg.len();
+            out.push(arg.into_owned());
+            continue;
+        }
+        let cut = (0..=left)
+            .rev()
+            .find(|&i| arg.is_char_boundary(i))
+            .unwrap_or(0);
+        out.push(format!("{}…", &arg[..cut]));
+        break;
+    }
+    out
+}
+
 /// Who started this process (the one the host's launch made) and with what.
 pub(crate) fn identify(signaller: &Signaller, command: &[OsString]) -> StartRecord {
     let me = signaller.me();
@@ -125,8 +151,22 @@ pub(crate) fn identify(signaller: &Signaller, command: &[OsString]) -> StartReco
         pid: Some(me.pid),
         host_child_pid: host.as_ref().and(host_child_pid),
         host,
-        command: (command.iter())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
+        command: recorded_command(command),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_command_is_cut_at_a_character_boundary() {
+        let short: Vec<OsString> = vec!["sh".into(), "-c".into(), "exit 0".into()];
+        assert_eq!(recorded_command(&short), ["sh", "-c", "exit 0"]);
+        let long: Vec<OsString> = vec!["node".into(), "é".repeat(MAX_COMMAND).into(), "x".into()];
+        let got = recorded_command(&long);
+        assert_eq!(got.len(), 2);
+        assert!(got[1].ends_with('…'));
+        assert!(got.iter().map(String::len).sum::<usize>() <= MAX_COMMAND + "…".len());
     }
 }
