@@ -10,6 +10,7 @@
 //! shell pipeline the other side is a sibling), the host is undertaker's parent.
 
 use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys;
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::{HostEvidence, HostRecord, StartRecord};
@@ -46,11 +47,7 @@ fn far_end(fd: BorrowedFd<'_>) -> Option<FarEnd> {
                 mode: mode.bits(),
             })
         }
-        FileType::Socket => {
-            let cred = rustix::net::sockopt::socket_peercred(fd).ok()?;
-            let pid = cred.pid.as_raw_nonzero().get();
-            Some(FarEnd::SocketCreator(pid))
-        }
+        FileType::Socket => sys::socket_peer_pid(fd).map(FarEnd::SocketCreator),
         _ => None,
     }
 }
