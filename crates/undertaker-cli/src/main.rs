@@ -164,6 +164,10 @@ impl GuardArgs {
 struct RunArgs {
     #[command(flatten)]
     guard: GuardArgs,
+    /// Before CMD starts, end the live tree(s) with this --label that the same host
+    /// started (the host behind any launcher).
+    #[arg(long, requires = "label")]
+    replace: bool,
     /// The command and its arguments. An option-looking word before CMD (or before
     /// `--`) is one of undertaker's: a mistyped option is a usage error, never the
     /// command; after `--`, CMD may start with `-`.
@@ -190,6 +194,9 @@ struct PsArgs {
     /// Include finished trees.
     #[arg(long)]
     all: bool,
+    /// Group the trees by the host that started them (JSON: one object per host).
+    #[arg(long)]
+    by_owner: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -207,8 +214,12 @@ struct SweepArgs {
 
 #[derive(clap::Args, Debug)]
 struct KillArgs {
-    /// Tree id, or a unique prefix of at least 4 characters.
+    /// Tree id, a unique prefix of at least 4 characters, or a label.
     tree: String,
+    /// End every live tree with the label (needed when it names more than one;
+    /// --json then prints an array).
+    #[arg(long)]
+    all: bool,
     /// Print one JSON object: what was done to the tree, what is left alive.
     #[arg(long)]
     json: bool,
@@ -222,7 +233,8 @@ struct LogArgs {
     /// Print one JSON array, an entry per element.
     #[arg(long)]
     json: bool,
-    /// Only this tree's entries (id or unique prefix of at least 4 characters).
+    /// Only this tree's entries (id, unique prefix of at least 4 characters, or a
+    /// label: every tree with it).
     #[arg(long, value_name = "TREE")]
     tree: Option<String>,
     /// Only the newest N entries (one page; read without loading the rest).
@@ -378,6 +390,7 @@ fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     let opts = RunOptions {
         command: args.command,
         guard: args.guard.options(state_dir),
+        replace: args.replace,
     };
     report(undertaker::run(&opts))
 }

@@ -83,6 +83,9 @@ impl Default for GuardOptions {
 pub struct RunOptions {
     pub command: Vec<OsString>,
     pub guard: GuardOptions,
+    /// `--replace`: before CMD starts, end the live trees with the same label that
+    /// the same host started (needs a label).
+    pub replace: bool,
 }
 
 /// `undertaker supervise`: how its trees are guarded, and the host's own group.

@@ -3,7 +3,9 @@
 //! cases is an enum whose serialized name is the documented string.
 
 use crate::names::names;
-use crate::registry::{OwnerKind, RecordedTier, RegistryError, StoredState, TreeRecord};
+use crate::registry::{
+    HostEvidence, OwnerKind, RecordedTier, RegistryError, StoredState, TreeRecord,
+};
 use crate::Tier;
 use serde::Serialize;
 
@@ -73,6 +75,19 @@ pub struct PsRow {
     /// For a tree a live supervisor holds: whether `undertaker kill` can ask it (its
     /// control socket is there). `None` for any other tree.
     pub supervisor_reachable: Option<bool>,
+    /// The undertaker process the host's launch made (`$!` when the host started
+    /// undertaker itself); the guardian is its child. The fields below are null for
+    /// trees recorded before undertaker recorded them.
+    pub pid: Option<i32>,
+    /// The host: the process that started the tree, behind any launcher.
+    pub host_pid: Option<i32>,
+    pub host_starttime: Option<u64>,
+    pub host_name: Option<String>,
+    pub host_found_by: Option<HostEvidence>,
+    /// The host's own child on the way to undertaker (undertaker, or a launcher).
+    pub host_child_pid: Option<i32>,
+    /// CMD and its arguments.
+    pub command: Option<Vec<String>>,
 }
 
 impl PsRow {
@@ -100,8 +115,60 @@ impl PsRow {
             age_ms: Some(now_ms - r.created_ms),
             exit_status: r.exit_status,
             recorded: true,
-            supervisor_reachable: None,
+            ..PsRow::unrecorded(r.id.clone(), state, guardian_alive, live_processes)
         }
+        .with_start(r)
+    }
+
+    /// The row of a tree known only from its lock file and marked processes.
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    pub(crate) fn unrecorded(
+        id: String,
+        state: TreeState,
+        guardian_alive: bool,
+        live_processes: usize,
+    ) -> Self {
+        PsRow {
+            id,
+            label: None,
+            tier: None,
+            state,
+            guardian_pid: None,
+            guardian_alive,
+            owner_kind: None,
+            owner_pid: None,
+            root_pid: None,
+            live_processes,
+            created_ms: None,
+            age_ms: None,
+            exit_status: None,
+            recorded: false,
+            pid: None,
+            host_pid: None,
+            host_starttime: None,
+            host_name: None,
+            host_found_by: None,
+            supervisor_reachable: None,
+            host_child_pid: None,
+            command: None,
+        }
+    }
+
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    fn with_start(mut self, r: &TreeRecord) -> Self {
+        let Some(start) = &r.start else {
+            return self;
+        };
+        self.pid = start.pid;
+        self.host_child_pid = start.host_child_pid;
+        self.command = Some(start.command.clone());
+        if let Some(host) = &start.host {
+            self.host_pid = Some(host.pid);
+            self.host_starttime = Some(host.starttime);
+            self.host_name = Some(host.name.clone());
+            self.host_found_by = Some(host.found_by);
+        }
+        self
     }
 }
 

@@ -46,6 +46,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
         updated_ms: 1,
         finished_ms: None,
         exit_status: None,
+        start: None,
     }
 }
 

@@ -12,6 +12,7 @@ use crate::linux::commands::host::HostProcess;
 use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
+use crate::linux::commands::{replace, started_by};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::{Owner, StdioPeer};
@@ -117,6 +118,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller.protect_owner(pid);
     }
     let id = new_tree_id(&signaller)?;
+    // Read here, in the process the host's launch made: its parent is the launcher
+    // or the host itself.
+    let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
     let signaller = match sentinel::split(&signaller)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
@@ -134,6 +138,10 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         owner_record,
         GuardianKind::Run,
     )?;
+    tree.record_start(&start);
+    if opts.replace {
+        replace::end_predecessors(guard, &id, &start, &signaller);
+    }
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));

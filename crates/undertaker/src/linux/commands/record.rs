@@ -189,6 +189,11 @@ impl Recorder {
         }
     }
 
+    /// Records who started the tree and with what (before CMD is spawned).
+    pub fn set_start(&self, start: &crate::registry::StartRecord) {
+        self.write(&[Line::Start(start.clone())]);
+    }
+
     /// Records CMD's identity, read right after spawn (its pidfd is already open).
     pub fn set_root(&self, procfs: &Procfs, pid: i32) {
         if self.writer.is_none() {

@@ -256,6 +256,11 @@ impl Tree {
         &self.id
     }
 
+    /// Records who started the tree (see [`Recorder::set_start`]).
+    pub(crate) fn record_start(&self, start: &crate::registry::StartRecord) {
+        self.recorder.set_start(start);
+    }
+
     pub fn label(&self) -> Option<&str> {
         self.label.as_deref()
     }

@@ -51,7 +51,7 @@ impl Context {
         })
     }
 
-    fn history(&self) -> History<'_> {
+    pub(crate) fn history(&self) -> History<'_> {
         History {
             dir: &self.dir,
             registry: &self.registry,
@@ -282,11 +282,9 @@ pub fn log_page(
     before: Option<i64>,
     limit: usize,
 ) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    let selector = tree.map(TreeSelector::parse).transpose()?;
-    history::log_page(&ctx.history(), selector.as_ref(), before, limit)
+    history::log_named(&ctx.history(), tree, Some((before, limit)))
 }
 
 pub fn log(ctx: &Context, tree: Option<&str>) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    let selector = tree.map(TreeSelector::parse).transpose()?;
-    history::log(&ctx.history(), selector.as_ref())
+    history::log_named(&ctx.history(), tree, None)
 }

@@ -84,23 +84,9 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
                 lock.as_mut().and_then(|l| l.info()),
             ),
         };
-        out.push(PsRow {
-            id: id.clone(),
-            label: None,
-            tier: None,
-            state,
-            guardian_pid: info.map(|i| i.guardian_pid),
-            guardian_alive,
-            owner_kind: None,
-            owner_pid: None,
-            root_pid: None,
-            live_processes: procs.len(),
-            created_ms: None,
-            age_ms: None,
-            exit_status: None,
-            recorded: false,
-            supervisor_reachable: None,
-        });
+        let mut row = PsRow::unrecorded(id.clone(), state, guardian_alive, procs.len());
+        row.guardian_pid = info.map(|i| i.guardian_pid);
+        out.push(row);
     }
     Ok(out)
 }
