@@ -39,10 +39,10 @@ fn a_teardown_says_when_the_grace_ran_out_and_how_it_ended() {
         "{stderr}"
     );
     assert!(has("done: 1 signalled, 0 left"), "{stderr}");
-    assert!(
-        !stderr.contains("Some("),
-        "Rust's Option in the log: {stderr}"
-    );
+    for rust in ["Some(", "None", "CommandExited"] {
+        assert!(!stderr.contains(rust), "Rust's {rust} in the log: {stderr}");
+    }
+    assert!(has("tearing down tree"), "{stderr}");
 }
 
 /// A pidns tree's teardown is in `undertaker log`: what the init did when CMD exited,

@@ -168,7 +168,13 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
     drop(command);
-    tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?guard.label, "guarding");
+    tracing::debug!(
+        "guarding tree {} ({}): CMD is pid {}, owner {}",
+        tree.id(),
+        guard.label.as_deref().unwrap_or("no label"),
+        tree.root().map_or(0, |r| r.pid()),
+        owner.describe()
+    );
 
     let cause = watch(
         &mut host,
@@ -178,7 +184,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         &signaller,
         guard.state_dir.as_deref(),
     );
-    tracing::debug!(?cause, "tearing down tree {}", tree.id());
+    tracing::debug!("tearing down tree {}: {}", tree.id(), cause.describe());
     // The terminal goes back to our group before the tree is signalled; a namespace
     // init hands it back itself, so there we take it once the init is gone.
     let in_namespace = tree.tier() == Tier::Pidns;

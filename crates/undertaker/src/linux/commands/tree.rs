@@ -39,6 +39,16 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// What happened, in words (log lines).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::CommandExited => "the command exited",
+            Cause::OwnerDied => "the owner died",
+            Cause::StdioPeerGone => "the stdio peer is gone",
+            Cause::Terminated => "asked to terminate",
+        }
+    }
+
     /// The audit log's note for a cause the log would not show otherwise.
     fn audit_note(self) -> Option<&'static str> {
         match self {

@@ -165,11 +165,13 @@ impl Running<'_> {
             .filter(|(_, t)| t.proc.has_exited())
             .map(|(k, _)| *k)
             .collect();
+        // Counted before the kill, which may empty the tree at once.
+        let left = self.live();
         let kernel_kill = self.source.kill_all();
         tracing::info!(
             "grace period of {} ms over with {} process(es) left: {}",
             grace.as_millis(),
-            self.live(),
+            left,
             match kernel_kill {
                 true => "cgroup.kill, then SIGKILL to each proven member left",
                 false => "SIGKILL to each proven member",
