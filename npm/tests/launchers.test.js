@@ -130,3 +130,73 @@ test('guardSelf() behind sh -c: host kill -9 leaves 0 processes', async (t) => {
   fs.writeFileSync(program, GUARDED);
   await hostKill9LeavesNothing(t, (up) => ['sh', '-c', '"$0" "$@"; exit $?', process.execPath, program, up]);
 });
+
+// A host that starts the same labelled server twice through npx, as one that reconnects
+// does: the second start, with --replace, ends the first (the same host, though each
+// start has its own npx process).
+const RECONNECTING_HOST = `
+const fs = require('node:fs');
+const { spawn } = require('node:child_process');
+const [up1, up2, ...argv] = process.argv.slice(2);
+const start = (up) => spawn(argv[0], argv.slice(1).map((a) => a.replace('@UP@', up)), { stdio: ['pipe', 'pipe', 'inherit'] });
+start(up1);
+const wait = setInterval(() => {
+  if (fs.existsSync(up1)) {
+    clearInterval(wait);
+    start(up2);
+  }
+}, 50);
+setInterval(() => {}, 1 << 30);
+`;
+
+function cmdlineOf(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch (_) {
+    return '';
+  }
+}
+
+test('npx -y process-undertaker run --replace: a reconnecting host keeps one tree', async (t) => {
+  const token = `ut-${crypto.randomUUID()}`;
+  const stateDir = fs.mkdtempSync(path.join(scratch, 'state-'));
+  const [up1, up2] = [path.join(stateDir, 'up1'), path.join(stateDir, 'up2')];
+  const env = {
+    ...process.env,
+    UT_TEST_TOKEN: token,
+    UNDERTAKER_STATE_DIR: stateDir,
+    npm_config_offline: 'true',
+    npm_config_cache: path.join(scratch, 'npm-cache'),
+    npm_config_update_notifier: 'false',
+  };
+  delete env.UNDERTAKER_TREE;
+  delete env.UNDERTAKER_BIN;
+  t.after(() => {
+    for (const pid of processesWith(token)) {
+      if (environOf(pid).UT_TEST_TOKEN === token) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch (_) {
+          /* gone */
+        }
+      }
+    }
+  });
+  const hostFile = path.join(scratch, 'reconnecting-host.js');
+  fs.writeFileSync(hostFile, RECONNECTING_HOST);
+  const server = ['sh', '-c', 'setsid sleep 1000 & echo up > @UP@; exec sleep 1001'];
+  const argv = ['npx', '-y', 'process-undertaker', 'run', '--label', 'srv', '--replace', '--grace', '300ms', '--', ...server];
+  const host = childProcess.spawn(process.execPath, [hostFile, up1, up2, ...argv], {
+    cwd: project,
+    env,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  assert.ok(await waitUntil(() => fs.existsSync(up2), 120000), `the second server never started: ${describe(processesWith(token))}`);
+  // The first start is gone, its npx included: nothing but the host names up1.
+  const firstStart = () => processesWith(token).filter((p) => p !== host.pid && cmdlineOf(p).includes(up1));
+  assert.ok(await waitUntil(() => firstStart().length === 0), describe(firstStart()));
+  const daemons = processesWith(token).filter((p) => cmdlineOf(p) === 'sleep 1000');
+  assert.equal(daemons.length, 1, describe(processesWith(token)));
+  process.kill(host.pid, 'SIGKILL');
+  assert.ok(await waitUntil(() => processesWith(token).length === 0), `survivors: ${describe(processesWith(token))}`);
+});

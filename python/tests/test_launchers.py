@@ -128,3 +128,75 @@ def test_host_kill9_behind_a_shell_in_front_of_guard_self(
     program.write_text(GUARDED_PROGRAM)
     argv = [*SHELL_LAUNCHER, venv.python, str(program), str(up)]
     kill_host_and_count(argv, base_env(token, state_dir), up, token, tmp_path)
+
+
+# A host that starts the same labelled server twice, as one that reconnects does: the
+# second start, with --replace, ends the first (the same host, behind a new launcher).
+RECONNECTING_HOST = r"""
+import os, subprocess, sys, time
+up1, up2, *argv = sys.argv[1:]
+def start(up):
+    cmd = [a.replace("@UP@", up) for a in argv]
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+first = start(up1)
+while not os.path.exists(up1):
+    time.sleep(0.05)
+second = start(up2)
+time.sleep(3600)
+"""
+
+
+def cmdline_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def live_trees(venv: Venv, state_dir: Path, label: str) -> List[dict]:
+    import json
+
+    out = subprocess.run(
+        [venv.undertaker, "--state-dir", str(state_dir), "ps", "--json"], capture_output=True, text=True
+    )
+    return [t for t in json.loads(out.stdout or "[]") if t.get("label") == label and t.get("state") == "running"]
+
+
+@pytest.mark.parametrize(
+    "launcher",
+    [
+        pytest.param(lambda wheel: ["uvx", "--offline", "--from", str(wheel)], id="uvx"),
+        pytest.param(lambda wheel: [*SHELL_LAUNCHER], id="sh-c"),
+    ],
+)
+def test_replace_through_a_launcher_leaves_one_tree(
+    launcher, launchers: Venv, wheel: Path, tmp_path: Path, state_dir: Path, token: str
+) -> None:
+    up1, up2 = tmp_path / "up1", tmp_path / "up2"
+    env = launcher_env(token, state_dir, tmp_path, launchers)
+    server_argv = ["sh", "-c", "setsid sleep 1000 & echo up > @UP@; exec sleep 1001"]
+    run = ["undertaker", "run", "--label", "srv", "--replace", "--grace", "300ms", "--", *server_argv]
+    host_py = tmp_path / "host.py"
+    host_py.write_text(RECONNECTING_HOST)
+    host = subprocess.Popen(
+        [sys.executable, str(host_py), str(up1), str(up2), *launcher(wheel), *run], stdin=subprocess.DEVNULL, env=env
+    )
+    try:
+        assert wait_until(up2.exists, timeout=180), "the second server never started: " + describe(
+            processes_with(token)
+        )
+        assert wait_until(lambda: len(live_trees(launchers, state_dir, "srv")) == 1), live_trees(
+            launchers, state_dir, "srv"
+        )
+        # The first tree is gone, its launcher included: nothing names up1 any more
+        # (its setsid daemon never did: the one sleep 1000 left is the second's).
+        def first_start() -> List[int]:
+            return [p for p in processes_with(token) if p != host.pid and str(up1) in cmdline_of(p)]
+
+        assert wait_until(lambda: not first_start()), describe(first_start())
+        daemons = [p for p in processes_with(token) if cmdline_of(p) == "sleep 1000"]
+        assert len(daemons) == 1, describe(processes_with(token))
+    finally:
+        os.kill(host.pid, signal.SIGKILL)
+        host.wait(30)
+    assert wait_until(lambda: not processes_with(token), timeout=30), "survivors: " + describe(processes_with(token))
