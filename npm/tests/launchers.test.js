@@ -197,6 +197,13 @@ test('npx -y process-undertaker run --replace: a reconnecting host keeps one tre
   assert.ok(await waitUntil(() => firstStart().length === 0), describe(firstStart()));
   const daemons = processesWith(token).filter((p) => cmdlineOf(p) === 'sleep 1000');
   assert.equal(daemons.length, 1, describe(processesWith(token)));
+  // ps names the host, not the npx in between.
+  const ps = JSON.parse(
+    childProcess.execFileSync(path.join(project, 'node_modules/.bin/undertaker'), ['ps', '--json'], { env, encoding: 'utf8' }),
+  );
+  const live = ps.filter((r) => r.label === 'srv' && r.state === 'running');
+  assert.equal(live.length, 1, JSON.stringify(ps));
+  assert.equal(live[0].host_pid, host.pid, JSON.stringify(live[0]));
   process.kill(host.pid, 'SIGKILL');
   assert.ok(await waitUntil(() => processesWith(token).length === 0), `survivors: ${describe(processesWith(token))}`);
 });
