@@ -46,10 +46,13 @@ setInterval(() => {}, 1 << 30);
 `;
 
 /** `argv(up)`: the host's command line for a server that writes `up` once it runs. */
-async function hostKill9LeavesNothing(t, argv) {
+/**
+ * A test's token, state dir and environment (npm offline); whatever still carries the
+ * token when the test ends is killed.
+ */
+function scratchRun(t) {
   const token = `ut-${crypto.randomUUID()}`;
   const stateDir = fs.mkdtempSync(path.join(scratch, 'state-'));
-  const up = path.join(stateDir, 'up');
   const env = {
     ...process.env,
     UT_TEST_TOKEN: token,
@@ -72,6 +75,12 @@ async function hostKill9LeavesNothing(t, argv) {
       }
     }
   });
+  return { token, stateDir, env };
+}
+
+async function hostKill9LeavesNothing(t, argv) {
+  const { token, stateDir, env } = scratchRun(t);
+  const up = path.join(stateDir, 'up');
   const hostFile = path.join(scratch, 'host.js');
   fs.writeFileSync(hostFile, HOST);
   const host = childProcess.spawn(process.execPath, [hostFile, ...argv(up)], {
@@ -158,30 +167,8 @@ function cmdlineOf(pid) {
 }
 
 test('npx -y process-undertaker run --replace: a reconnecting host keeps one tree', async (t) => {
-  const token = `ut-${crypto.randomUUID()}`;
-  const stateDir = fs.mkdtempSync(path.join(scratch, 'state-'));
+  const { token, stateDir, env } = scratchRun(t);
   const [up1, up2] = [path.join(stateDir, 'up1'), path.join(stateDir, 'up2')];
-  const env = {
-    ...process.env,
-    UT_TEST_TOKEN: token,
-    UNDERTAKER_STATE_DIR: stateDir,
-    npm_config_offline: 'true',
-    npm_config_cache: path.join(scratch, 'npm-cache'),
-    npm_config_update_notifier: 'false',
-  };
-  delete env.UNDERTAKER_TREE;
-  delete env.UNDERTAKER_BIN;
-  t.after(() => {
-    for (const pid of processesWith(token)) {
-      if (environOf(pid).UT_TEST_TOKEN === token) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch (_) {
-          /* gone */
-        }
-      }
-    }
-  });
   const hostFile = path.join(scratch, 'reconnecting-host.js');
   fs.writeFileSync(hostFile, RECONNECTING_HOST);
   const server = ['sh', '-c', 'setsid sleep 1000 & echo up > @UP@; exec sleep 1001'];
