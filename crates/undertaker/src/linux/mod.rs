@@ -8,7 +8,10 @@
 //! Other platforms add a sibling module; the core types (identity, ladder, options) do
 //! not change.
 
+mod api;
 pub mod commands;
 pub mod contain;
 pub mod kernel;
 pub mod proof;
+
+pub use api::*;
