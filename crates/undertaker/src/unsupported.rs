@@ -3,7 +3,7 @@
 //! (exit 125). A port replaces it with a sibling folder exporting the same functions
 //! (docs/PORTING.md).
 
-use crate::registry;
+use crate::history;
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
 use std::fs::File;
@@ -19,7 +19,7 @@ pub fn supervise(_opts: &SuperviseOptions) -> Result<i32, RunError> {
     Err(RunError::Unsupported)
 }
 
-pub fn open_state(_state_dir: Option<&Path>) -> Result<registry::Context, Error> {
+pub fn open_state(_state_dir: Option<&Path>) -> Result<history::Context, Error> {
     Err(Error::Unsupported)
 }
 

@@ -1,12 +1,11 @@
 //! The commands as Linux runs them: what the crate's one platform edge (`mod os` in
 //! lib.rs) exports, the same functions on every platform (docs/PORTING.md).
 
+use crate::history;
 use crate::linux::commands::{doctor as doctor_linux, guardian, heal, reconcile, supervise as sup};
-use crate::registry::{self, RegistryError};
+use crate::registry::RegistryError;
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
-use std::fs::File;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
 }
 
 /// The state directory as every platform reads it (`log`).
-pub fn open_state(state_dir: Option<&Path>) -> Result<registry::Context, Error> {
+pub fn open_state(state_dir: Option<&Path>) -> Result<history::Context, Error> {
     Ok(reconcile::Context::open(state_dir)?.into_state())
 }
 
@@ -70,29 +69,6 @@ pub fn kill_named(
 pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {
     Ok(doctor_linux::run(state_dir))
 }
-
-/// Takes an exclusive `flock` on `file` (waiting for it if `blocking`); `Ok(false)`:
-/// someone else holds it.
-pub fn lock_file(file: &File, blocking: bool) -> io::Result<bool> {
-    use rustix::fs::FlockOperation;
-    let op = if blocking {
-        FlockOperation::LockExclusive
-    } else {
-        FlockOperation::NonBlockingLockExclusive
-    };
-    loop {
-        match rustix::fs::flock(file, op) {
-            Ok(()) => return Ok(true),
-            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// How a file of the state directory is opened: never through a symlink, never
-/// blocking (a planted FIFO).
-pub const STATE_FILE_OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK;
 
 pub fn set_cgroup_root(path: PathBuf) {
     crate::linux::contain::cgroup_place::ask_for_root(path);

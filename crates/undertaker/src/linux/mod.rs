@@ -15,3 +15,5 @@ pub mod kernel;
 pub mod proof;
 
 pub use api::*;
+// What registry/lock.rs needs of the platform, straight from the kernel layer.
+pub use kernel::flock::{lock_file, STATE_FILE_OPEN_FLAGS};

@@ -31,14 +31,6 @@ pub enum Probe {
     Replaced,
 }
 
-/// Who held a record file's lock, from the record's first line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    pub guardian_pid: i32,
-    pub guardian_starttime: u64,
-    pub boot_id: String,
-}
-
 impl FileLock {
     /// Creates a file already locked, opened for appending, with `first` as its
     /// content: built under a temporary name and renamed into place, so nobody ever
@@ -148,17 +140,6 @@ impl FileLock {
         }
     }
 
-    /// Who held the lock: read from a record file's first line.
-    pub fn info(&mut self) -> Option<LockInfo> {
-        let bytes = self.read_all().ok()?;
-        let read = super::record_file::parse_at(&bytes, &self.path)?;
-        Some(LockInfo {
-            guardian_pid: read.tree.guardian.pid,
-            guardian_starttime: read.tree.guardian.starttime,
-            boot_id: read.tree.boot_id,
-        })
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -259,7 +240,7 @@ mod tests {
         got.append(b"three\n").unwrap();
         assert_eq!(got.read_all().unwrap(), b"one\ntwo\nthree\n");
         // Not a record file: no holder to name.
-        assert_eq!(got.info(), None);
+        assert_eq!(crate::registry::record_file::holder(&mut got), None);
         got.remove();
         assert!(!path.exists());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -4,7 +4,6 @@
 //! guardian and every `sweep`/`ps`/`kill`/`log`. See docs/REGISTRY.md for the schema,
 //! the concurrency rules and why writes are not fsynced.
 
-mod context;
 mod fold;
 pub mod lock;
 mod open;
@@ -17,8 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use context::{open_registry, Context};
-pub use open::Recovered;
+pub use open::{open_registry, Recovered};
 use rows::{audit_row, insert_audit_row, insert_tree_row, row_to_tree};
 pub use state_dir::{Origin, StateDir};
 

@@ -1,12 +1,10 @@
 //! The commands as Windows runs them: what the crate's one platform edge (`mod os` in
 //! lib.rs) exports, the same functions on every platform (docs/PORTING.md).
 
-use crate::registry;
+use crate::history;
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
 use crate::windows::commands::{doctor as doctor_windows, guardian, reconcile};
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
-use std::fs::File;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,7 +25,7 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
 }
 
 /// The state directory as every platform reads it (`log`).
-pub fn open_state(state_dir: Option<&Path>) -> Result<registry::Context, Error> {
+pub fn open_state(state_dir: Option<&Path>) -> Result<history::Context, Error> {
     Ok(reconcile::open(state_dir)?)
 }
 
@@ -62,12 +60,6 @@ pub fn kill_named(
 
 pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {
     Ok(doctor_windows::run(state_dir))
-}
-
-/// Takes an exclusive lock on `file` (waiting for it if `blocking`); `Ok(false)`:
-/// someone else holds it.
-pub fn lock_file(file: &File, blocking: bool) -> io::Result<bool> {
-    crate::windows::kernel::sys::lock_file(file, blocking)
 }
 
 /// No cgroups on Windows: the setting has nothing to choose.

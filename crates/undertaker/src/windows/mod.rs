@@ -8,3 +8,5 @@ pub mod kernel;
 pub mod proof;
 
 pub use api::*;
+// What registry/lock.rs needs of the platform, straight from the kernel layer.
+pub use kernel::sys::lock_file;

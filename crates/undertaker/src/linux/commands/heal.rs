@@ -13,7 +13,7 @@
 //! later, only forks children that make plain syscalls before exec), and the thread
 //! inherits the blocked signal mask, so signals still reach the main thread's signalfd. If the guardian
 //! finishes first, the thread ends with it mid-way; what it did is in the audit log
-//! (actor `heal`) and the next round or `sweep` takes over.
+//! (actor `heal`) and the next round or `sweep` finishes the job.
 
 use crate::linux::commands::reconcile::{candidates, sweep_cgroup, sweep_tree, Context};
 use crate::linux::contain::cgroup;

@@ -26,7 +26,7 @@ pub const TEST_PAUSE_BEFORE_FINISH_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_FIN
 /// queued and written in one append before every wait.
 pub struct Recorder {
     tree: TreeId,
-    /// Who writes the audit entries: `guardian`, or `sentinel` after a takeover.
+    /// Who writes the audit entries: `guardian`, or `sentinel` finishing an orphaned tree.
     actor: &'static str,
     writer: Option<RecordWriter>,
     pending_audit: std::cell::RefCell<Vec<Line>>,
@@ -121,7 +121,7 @@ impl Recorder {
     }
 
     /// The record of a tree whose guardian died, for the sentinel that tears it down:
-    /// its record file is taken over (the dead guardian's lock is free) and finished
+    /// its record file is reopened (the dead guardian's lock is free) and finished
     /// once the tree is torn down.
     pub fn adopt(opts: &GuardOptions, tree: &TreeId, signaller: &Signaller) -> Self {
         let mut rec = Recorder {
@@ -208,7 +208,7 @@ impl Recorder {
     }
 
     /// Queues an audit entry the caller built (`supervise`'s `guarded` lines, see
-    /// `commands::takeover`), stamped now.
+    /// `reconcile::succession`), stamped now.
     pub fn audit_line(&self, mut entry: crate::registry::AuditEntry) {
         if self.writer.is_some() {
             entry.time_ms = now_ms();

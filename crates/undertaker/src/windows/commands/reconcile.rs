@@ -26,7 +26,7 @@ use std::time::Duration;
 
 /// Everything a reconciling command needs: the opened state directory (Windows
 /// signals nothing without its handles, so it adds nothing to it).
-pub use crate::registry::Context;
+pub use crate::history::Context;
 
 /// Opens `state_dir` as every Windows command does (no uid: the directory's ACL
 /// guards it).

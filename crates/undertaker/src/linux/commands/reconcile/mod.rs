@@ -18,6 +18,7 @@ mod candidates;
 mod kill;
 mod marker;
 mod ps;
+pub(crate) mod succession;
 mod sweep;
 #[cfg(test)]
 mod tests;
@@ -29,27 +30,28 @@ pub use ps::ps;
 pub use sweep::{sweep, sweep_found_cgroups};
 pub(crate) use sweep::{sweep_cgroup, sweep_tree};
 
+use crate::history;
 use crate::linux::contain::cgroup::{self, CgroupMount};
 use crate::linux::contain::cgroup_place;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::lock::FileLock;
 use crate::registry::record_file;
-use crate::registry::{self, OwnerRecord, RegistryError, StoredState, TreeRecord};
+use crate::registry::{OwnerRecord, RegistryError, StoredState, TreeRecord};
 use std::path::Path;
 
 /// Everything a reconciling command needs: the opened state directory every platform
-/// reads ([`registry::Context`], its fields reached through this one), and the
+/// reads ([`history::Context`], its fields reached through this one), and the
 /// signaller that proves what it signals.
 pub struct Context {
     pub signaller: Signaller,
-    state: registry::Context,
+    state: history::Context,
 }
 
 impl std::ops::Deref for Context {
-    type Target = registry::Context;
+    type Target = history::Context;
 
-    fn deref(&self) -> &registry::Context {
+    fn deref(&self) -> &history::Context {
         &self.state
     }
 }
@@ -71,8 +73,20 @@ impl Context {
                 msg: e.to_string(),
             })?;
         let me = signaller.me();
-        let state = registry::Context::open(state_dir, me.uid, &me.boot_id, limit)?;
+        let state = history::Context::open(state_dir, me.uid, &me.boot_id, limit)?;
         Ok(Self { signaller, state })
+    }
+
+    /// One tree as it is now: its record file is folded first when its guardian has
+    /// finished with it since this command started.
+    pub fn tree(&self, id: &str) -> Result<Option<TreeRecord>, RegistryError> {
+        let boot_id = &self.signaller.me().boot_id;
+        if !self.registry.fold_one(&self.dir, id, boot_id) {
+            if let Some(read) = record_file::read(&record_file::path_of(&self.dir, id)) {
+                return Ok(Some(read.tree));
+            }
+        }
+        self.registry.tree(id)
     }
 
     pub(crate) fn procfs(&self) -> &Procfs {
@@ -80,7 +94,7 @@ impl Context {
     }
 
     /// The opened state directory alone, for what reads without signalling (`log`).
-    pub(crate) fn into_state(self) -> registry::Context {
+    pub(crate) fn into_state(self) -> history::Context {
         self.state
     }
 }

@@ -1,16 +1,16 @@
 //! `undertaker sweep`: finishing the trees of guardians that died, with proof.
 
 use super::marker::{marker_scan, MarkerSource};
+use super::succession;
 use super::{candidates, guardian_state, owner_alive, recorded_cgroup, Context, GuardianState};
 use crate::audit::{audit_entry, AuditEvent, Delivery};
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
-use crate::linux::commands::takeover;
 use crate::linux::contain::cgroup;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::{Members, Signaller};
 use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
-use crate::registry::lock::LockInfo;
+use crate::registry::record_file::{self, LockInfo};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, RegistryError,
     StoredState, TreeRecord,
@@ -76,13 +76,13 @@ pub(crate) fn sweep_tree(
     // A guardian that died since this command folded: fold its record now, so the
     // tree has a row to finish (the lock is taken again for the fold, which removes the
     // record file: the row carries the tree from here).
-    let info: Option<LockInfo> = lock.as_mut().and_then(|l| l.info());
+    let info: Option<LockInfo> = lock.as_mut().and_then(record_file::holder);
     let mut folded = None;
     if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
         folded = ctx.registry.tree(id)?;
     }
     let rec = folded.as_ref().or(rec);
-    if let Some(r) = rec.filter(|r| takeover::awaits_successor(ctx, r)) {
+    if let Some(r) = rec.filter(|r| succession::awaits_successor(ctx, r)) {
         return Ok(Some(TreeSweep {
             id: id.into(),
             label: r.label.clone(),
