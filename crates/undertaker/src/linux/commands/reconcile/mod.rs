@@ -27,8 +27,8 @@ pub(crate) use candidates::candidates;
 pub use kill::kill;
 pub(crate) use marker::marker_scan;
 pub use ps::ps;
+pub(crate) use sweep::Sweep;
 pub use sweep::{sweep, sweep_found_cgroups};
-pub(crate) use sweep::{sweep_cgroup, sweep_tree};
 
 use crate::history;
 use crate::linux::contain::cgroup::{self, CgroupMount};
