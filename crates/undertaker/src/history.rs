@@ -1,13 +1,64 @@
 //! The registry as every command reads it, the same on every platform: the
 //! database's trees and audit entries plus the record files of live trees, and the
-//! one rule that turns a tree selector into a tree (docs/REGISTRY.md).
+//! one rule that turns a tree selector into a tree (docs/REGISTRY.md). [`Context`] is
+//! what every reading or reconciling command opens first, on every platform; a
+//! platform's own context adds what it signals with.
 
 use crate::identity::TreeId;
 use crate::registry::record_file::{self, ReadRecord};
-use crate::registry::{AuditEntry, Registry, StateDir, StoredState, TreeRecord};
+use crate::registry::{
+    open_registry, AuditEntry, Registry, RegistryError, StateDir, StoredState, TreeRecord,
+};
 use crate::selector::{SelectError, TreeSelector};
 use crate::Error;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// An opened state directory: the registry as this command found it.
+pub struct Context {
+    pub dir: StateDir,
+    pub registry: Registry,
+    /// Record files of live trees (their guardian holds the lock), read at open.
+    pub live: Vec<ReadRecord>,
+}
+
+impl Context {
+    /// Opens `state_dir` (None: the default chain) as `uid` and folds at most `limit`
+    /// record files (see [`Registry::fold_at_most`]).
+    pub fn open(
+        state_dir: Option<&Path>,
+        uid: u32,
+        boot_id: &str,
+        limit: usize,
+    ) -> Result<Self, RegistryError> {
+        let (dir, registry) = open_registry(state_dir, uid, boot_id).map_err(|(_, e)| e)?;
+        let live = registry.fold_at_most(&dir, boot_id, limit);
+        Ok(Self {
+            dir,
+            registry,
+            live,
+        })
+    }
+
+    /// Every tree of this boot: the database's, then the live ones.
+    pub fn trees(&self) -> Result<Vec<TreeRecord>, RegistryError> {
+        let mut trees = self.registry.trees(true)?;
+        let live: std::collections::HashSet<&str> =
+            self.live.iter().map(|l| l.tree.id.as_str()).collect();
+        trees.retain(|t| !live.contains(t.id.as_str()));
+        trees.extend(self.live.iter().map(|l| l.tree.clone()));
+        Ok(trees)
+    }
+
+    /// The registry as every platform reads it.
+    pub(crate) fn history(&self) -> History<'_> {
+        History {
+            dir: &self.dir,
+            registry: &self.registry,
+            live: &self.live,
+        }
+    }
+}
 
 /// What a command read when it opened the state directory: the registry (after the
 /// fold) and the record files of live trees.

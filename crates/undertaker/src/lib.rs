@@ -61,14 +61,12 @@ pub(crate) mod escalation;
 mod exit_status;
 #[doc(hidden)]
 pub mod fuzzing;
-#[cfg(any(target_os = "linux", windows))]
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
 pub(crate) mod history;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) mod identity;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) mod ladder;
-#[cfg(target_os = "linux")]
-pub(crate) mod linux;
 pub mod protocol;
 pub mod registry;
 pub mod report;
@@ -76,8 +74,22 @@ pub mod selector;
 pub mod settings;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub mod snapshot;
+// The platform, chosen once: each module exports the same commands (`run`, `ps`, …,
+// `lock_file`) for api.rs; a port adds one sibling folder and one arm here
+// (docs/PORTING.md). Inside a platform its layers keep their own name.
+#[cfg(target_os = "linux")]
+#[path = "linux/mod.rs"]
+mod os;
 #[cfg(windows)]
-pub(crate) mod windows;
+#[path = "windows/mod.rs"]
+mod os;
+#[cfg(not(any(target_os = "linux", windows)))]
+#[path = "unsupported.rs"]
+mod os;
+#[cfg(target_os = "linux")]
+use os as linux;
+#[cfg(windows)]
+use os as windows;
 /// A process-wrap layer for tokio hosts such as rmcp (feature `process-wrap`).
 #[cfg(all(target_os = "linux", feature = "process-wrap"))]
 pub mod wrap;

@@ -8,15 +8,11 @@ use std::path::PathBuf;
 /// `--cgroup-root PATH` (else `$UNDERTAKER_CGROUP_ROOT`): the cgroup tier creates tree
 /// cgroups in PATH instead of beneath undertaker's own cgroup (docs/TIERS.md).
 pub fn set_cgroup_root(path: PathBuf) {
-    #[cfg(target_os = "linux")]
-    crate::linux::contain::cgroup_place::ask_for_root(path);
-    #[cfg(not(target_os = "linux"))]
-    let _ = path;
+    crate::os::set_cgroup_root(path);
 }
 
 /// `--no-heal` (else `$UNDERTAKER_NO_HEAL`): this process runs no self-healing round
 /// (docs/REGISTRY.md, "Self-healing").
 pub fn disable_self_healing() {
-    #[cfg(target_os = "linux")]
-    crate::linux::commands::heal::disable();
+    crate::os::disable_self_healing();
 }

@@ -8,7 +8,12 @@
 //! Other platforms add a sibling module; the core types (identity, ladder, options) do
 //! not change.
 
+mod api;
 pub mod commands;
 pub mod contain;
 pub mod kernel;
 pub mod proof;
+
+pub use api::*;
+// What registry/lock.rs needs of the platform, straight from the kernel layer.
+pub use kernel::flock::{lock_file, STATE_FILE_OPEN_FLAGS};

@@ -31,14 +31,6 @@ pub enum Probe {
     Replaced,
 }
 
-/// Who held a record file's lock, from the record's first line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    pub guardian_pid: i32,
-    pub guardian_starttime: u64,
-    pub boot_id: String,
-}
-
 impl FileLock {
     /// Creates a file already locked, opened for appending, with `first` as its
     /// content: built under a temporary name and renamed into place, so nobody ever
@@ -47,7 +39,7 @@ impl FileLock {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let mut file = open_appending(&tmp, true)?;
         let placed = (|| {
-            if !flock(&file, true)? {
+            if !crate::os::lock_file(&file, true)? {
                 return Err(io::Error::other("fresh record file is locked"));
             }
             file.write_all(first)?;
@@ -67,7 +59,7 @@ impl FileLock {
     /// [`FileLock::try_acquire`], with the file opened for appending.
     pub fn try_acquire_appending(path: &Path) -> io::Result<Option<Self>> {
         let file = open_appending(path, false)?;
-        if !flock(&file, false)? || !same_file(&file, path) {
+        if !crate::os::lock_file(&file, false)? || !same_file(&file, path) {
             return Ok(None);
         }
         Ok(Some(Self {
@@ -113,7 +105,7 @@ impl FileLock {
     /// live trees reads 1 000 of them).
     pub fn probe(path: &Path) -> io::Result<Probe> {
         let file = open_rw(path, false)?;
-        if !flock(&file, false)? {
+        if !crate::os::lock_file(&file, false)? {
             return Ok(Probe::Held(file));
         }
         if !same_file(&file, path) {
@@ -133,7 +125,7 @@ impl FileLock {
         let end = std::time::Instant::now() + limit;
         let mut pause = std::time::Duration::from_millis(1);
         loop {
-            if flock(&file, false)? {
+            if crate::os::lock_file(&file, false)? {
                 return Ok(Some(Self {
                     file,
                     path: path.to_path_buf(),
@@ -146,17 +138,6 @@ impl FileLock {
             std::thread::sleep(pause.min(end - now));
             pause = (pause * 2).min(std::time::Duration::from_millis(50));
         }
-    }
-
-    /// Who held the lock: read from a record file's first line.
-    pub fn info(&mut self) -> Option<LockInfo> {
-        let bytes = self.read_all().ok()?;
-        let read = super::record_file::parse_at(&bytes, &self.path)?;
-        Some(LockInfo {
-            guardian_pid: read.tree.guardian.pid,
-            guardian_starttime: read.tree.guardian.starttime,
-            boot_id: read.tree.boot_id,
-        })
     }
 
     pub fn path(&self) -> &Path {
@@ -197,8 +178,7 @@ fn open_state_file(mut o: std::fs::OpenOptions, path: &Path) -> io::Result<File>
     {
         use std::os::unix::fs::OpenOptionsExt;
         // std opens with O_CLOEXEC already; NOFOLLOW keeps a planted symlink out.
-        o.mode(0o600)
-            .custom_flags(libc_nofollow() | libc_nonblock());
+        o.mode(0o600).custom_flags(crate::os::STATE_FILE_OPEN_FLAGS);
     }
     let file = o.open(path)?;
     if !file.metadata()?.is_file() {
@@ -208,56 +188,6 @@ fn open_state_file(mut o: std::fs::OpenOptions, path: &Path) -> io::Result<File>
         ));
     }
     Ok(file)
-}
-
-#[cfg(target_os = "linux")]
-fn libc_nonblock() -> i32 {
-    libc::O_NONBLOCK
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn libc_nonblock() -> i32 {
-    0
-}
-
-#[cfg(target_os = "linux")]
-fn libc_nofollow() -> i32 {
-    libc::O_NOFOLLOW
-}
-
-#[cfg(all(unix, not(target_os = "linux")))]
-fn libc_nofollow() -> i32 {
-    0
-}
-
-#[cfg(target_os = "linux")]
-fn flock(file: &File, blocking: bool) -> io::Result<bool> {
-    use rustix::fs::FlockOperation;
-    let op = if blocking {
-        FlockOperation::LockExclusive
-    } else {
-        FlockOperation::NonBlockingLockExclusive
-    };
-    loop {
-        match rustix::fs::flock(file, op) {
-            Ok(()) => return Ok(true),
-            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-#[cfg(windows)]
-fn flock(file: &File, blocking: bool) -> io::Result<bool> {
-    crate::windows::kernel::sys::lock_file(file, blocking)
-}
-
-#[cfg(not(any(target_os = "linux", windows)))]
-fn flock(_file: &File, _blocking: bool) -> io::Result<bool> {
-    Err(io::Error::other(
-        "file locks are not implemented on this platform",
-    ))
 }
 
 /// Whether the file's last byte is not a newline (an empty file ends no line).
@@ -310,7 +240,7 @@ mod tests {
         got.append(b"three\n").unwrap();
         assert_eq!(got.read_all().unwrap(), b"one\ntwo\nthree\n");
         // Not a record file: no holder to name.
-        assert_eq!(got.info(), None);
+        assert_eq!(crate::registry::record_file::holder(&mut got), None);
         got.remove();
         assert!(!path.exists());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use open::Recovered;
+pub use open::{open_registry, Recovered};
 use rows::{audit_row, insert_audit_row, insert_tree_row, row_to_tree};
 pub use state_dir::{Origin, StateDir};
 

@@ -287,3 +287,18 @@ impl Registry {
         })
     }
 }
+
+/// Opens the state directory and registry for `path` (None = the default chain).
+/// A corrupt database is replaced and reported on stderr through tracing.
+pub fn open_registry(
+    path: Option<&Path>,
+    uid: u32,
+    boot_id: &str,
+) -> Result<(StateDir, Registry), (super::Origin, RegistryError)> {
+    let (dir, origin) = super::state_dir::resolve_and_prepare(path, uid)?;
+    let registry = Registry::open(&dir, boot_id).map_err(|e| (origin, e))?;
+    if let Some(rec) = &registry.recovered {
+        tracing::error!("{rec}");
+    }
+    Ok((dir, registry))
+}

@@ -192,6 +192,26 @@ pub fn parse(bytes: &[u8]) -> Option<ReadRecord> {
     Some(read)
 }
 
+/// Who held a record file's lock, from the record's first line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    pub guardian_pid: i32,
+    pub guardian_starttime: u64,
+    pub boot_id: String,
+}
+
+/// Who held a record file's lock: read from the record's first line through the
+/// locked descriptor. `None` when the file is no record.
+pub fn holder(lock: &mut FileLock) -> Option<LockInfo> {
+    let bytes = lock.read_all().ok()?;
+    let read = parse_at(&bytes, lock.path())?;
+    Some(LockInfo {
+        guardian_pid: read.tree.guardian.pid,
+        guardian_starttime: read.tree.guardian.starttime,
+        boot_id: read.tree.boot_id,
+    })
+}
+
 /// Parses the bytes of the record file at `path`: `None` also when the record is of
 /// another tree than the file's name says (a hard link or a copy planted under another
 /// name: one tree is listed once, under its own name).

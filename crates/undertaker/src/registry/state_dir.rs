@@ -55,6 +55,39 @@ fn resolve_with(
     Err(RegistryError::NoStateDir)
 }
 
+/// [`resolve`] then [`StateDir::prepare`]: the state directory a command uses, and
+/// where its path came from; an error says where too, because an explicitly chosen
+/// directory is held to it (see [`for_recording`]).
+pub fn resolve_and_prepare(
+    explicit: Option<&Path>,
+    uid: u32,
+) -> Result<(StateDir, Origin), (Origin, RegistryError)> {
+    let (path, origin) = resolve(explicit).map_err(|e| (Origin::Default, e))?;
+    let dir = StateDir::prepare(&path, uid).map_err(|e| (origin, e))?;
+    Ok((dir, origin))
+}
+
+/// The recorder's rule, on every platform: coverage beats bookkeeping, so a guardian
+/// whose state directory cannot be used only loses the record of `tree` (`Ok(None)`,
+/// with a warning), except when the directory was chosen explicitly and is unsafe:
+/// that stops it, as a usage error.
+pub fn for_recording(
+    explicit: Option<&Path>,
+    uid: u32,
+    tree: &str,
+) -> Result<Option<StateDir>, crate::RunError> {
+    match resolve_and_prepare(explicit, uid) {
+        Ok((dir, _)) => Ok(Some(dir)),
+        Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
+            Err(crate::RunError::Usage(e.to_string()))
+        }
+        Err((_, e)) => {
+            tracing::warn!("not recording tree {tree}: {e}");
+            Ok(None)
+        }
+    }
+}
+
 impl StateDir {
     /// Creates `path` (0700) if missing, then refuses a symlink, a non-directory, or a
     /// directory not owned by `uid` or writable by others; the same for `trees/`.

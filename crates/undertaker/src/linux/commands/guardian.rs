@@ -1,40 +1,25 @@
 //! `undertaker run`: start CMD, watch it and its owner, tear the whole tree down.
 //!
-//! [`run`] reads as its steps: owner → choose the containment → take over the process
-//! → record → spawn → wait → tear down → exit status. One thread, one poll loop over
+//! [`run`] reads as its steps: owner → choose the containment → become the host
+//! process ([`HostProcess::become_host`]) → record → spawn → wait → tear down → exit status. One thread, one poll loop over
 //! a signalfd, CMD's pidfd and the owner's pidfd or pipe. What is global to the
 //! process (child subreaper, signal mask and signalfd, reaping orphans, the owner
 //! watch) lives here; everything about the tree itself lives in [`Tree`].
 
-use crate::identity::TreeId;
 use crate::linux::commands::heal;
-use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::host::{self, Begun, HostProcess};
 use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
 use crate::linux::commands::{replace, started_by};
 use crate::linux::contain::containment::Containment;
-use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::{Owner, StdioPeer};
-use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, CommandSpec, Launch};
-use crate::linux::kernel::procfs::Procfs;
-use crate::linux::kernel::sys::{self, BlockedSignals};
+use crate::linux::contain::spawn::{cmd_gets_own_session, CommandSpec, Launch};
+use crate::linux::kernel::sys;
 use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions, Tier};
 use rustix::event::PollFlags;
 use std::time::Instant;
-
-/// The rest of the process-wide setup, once the signals are taken: a high fd limit
-/// (teardown holds one pidfd per member) and child subreaper (except for pidns, whose
-/// init reaps the tree).
-fn take_over(containment: &Containment, signals: BlockedSignals) -> Result<HostProcess, RunError> {
-    let nofile = raise_fd_limit();
-    if !matches!(containment, Containment::Pidns) {
-        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-            .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
-    }
-    Ok(HostProcess::new(signals, nofile))
-}
 
 /// Waits for the end of the tree's normal life: CMD exits, the owner goes, or a
 /// teardown signal arrives. Forwards the other signals meanwhile. Once CMD has run
@@ -95,29 +80,16 @@ fn watch(
     }
 }
 
-/// A fresh tree id: the boot id's prefix and 96 random bits.
-fn new_tree_id(signaller: &Signaller) -> Result<TreeId, RunError> {
-    let mut random = [0u8; 12];
-    rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
-        .map_err(|e| RunError::Setup(format!("getrandom: {e}")))?;
-    Ok(TreeId::generate(&signaller.me().boot_id, random))
-}
-
 /// Runs CMD under guard and returns the exit status undertaker should exit with.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
-    // First, before anything can fork: no inherited disposition may drop a signal or
-    // auto-reap CMD, and no signal may end the guardian (see `dispositions`).
-    let signals =
-        dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     let guard = &opts.guard;
-    let mut owner = Owner::resolve(&guard.owner)?;
+    let Begun {
+        signals,
+        mut owner,
+        signaller,
+    } = host::begin(&guard.owner, false)?;
     let mut stdio = guard.stdio_owner.then(StdioPeer::detect).flatten();
-    let mut signaller = Signaller::for_current_process(Procfs::new())
-        .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
-    if let Some(pid) = owner.pid() {
-        signaller.protect_owner(pid);
-    }
-    let id = new_tree_id(&signaller)?;
+    let id = Tree::new_id(&signaller).map_err(|e| RunError::Setup(format!("getrandom: {e}")))?;
     // Read here, in the process the host's launch made: its parent is the launcher
     // or the host itself.
     let start = started_by::identify(&signaller, &opts.command);
@@ -128,9 +100,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     };
     let containment = Containment::choose(guard.tier)?;
     tracing::debug!(tier = %containment.tier(), "tier chosen");
-    let mut host = take_over(&containment, signals)?;
+    let mut host = HostProcess::become_host(&containment, signals)?;
     let owner_record = owner.record(&guard.owner, signaller.procfs());
-    let mut tree = Tree::record(
+    let mut tree = Tree::create(
         guard,
         id.clone(),
         containment,

@@ -13,9 +13,9 @@
 //! later, only forks children that make plain syscalls before exec), and the thread
 //! inherits the blocked signal mask, so signals still reach the main thread's signalfd. If the guardian
 //! finishes first, the thread ends with it mid-way; what it did is in the audit log
-//! (actor `heal`) and the next round or `sweep` takes over.
+//! (actor `heal`) and the next round or `sweep` finishes the job.
 
-use crate::linux::commands::reconcile::{candidates, sweep_cgroup, sweep_tree, Context};
+use crate::linux::commands::reconcile::{candidates, Context, Sweep};
 use crate::linux::contain::cgroup;
 use crate::linux::kernel::procfs::Procfs;
 use crate::registry::lock::FileLock;
@@ -154,12 +154,18 @@ pub(crate) fn heal(
 ) -> Result<usize, RegistryError> {
     let mut done = 0;
     let candidates = candidates(ctx, None)?;
+    let sweep = Sweep {
+        ctx,
+        dry_run: false,
+        grace,
+        actor: "heal",
+    };
     for (id, rec) in &candidates.records {
         if done >= max_trees {
             return Ok(done);
         }
         // A live guardian holds its lock: passed over at the cost of one open and flock.
-        let swept = sweep_tree(ctx, id, rec.as_ref(), false, grace, "heal", None)?;
+        let swept = sweep.tree(id, rec.as_ref(), None)?;
         if swept.is_some_and(|t| matches!(t.action, SweepAction::Swept)) {
             done += 1;
         }
@@ -171,14 +177,7 @@ pub(crate) fn heal(
         if !found.path.exists() {
             continue;
         }
-        sweep_cgroup(
-            ctx,
-            &found.tree.to_string(),
-            &found.path,
-            false,
-            grace,
-            "heal",
-        );
+        sweep.cgroup(&found.tree.to_string(), &found.path);
         done += 1;
     }
     Ok(done)

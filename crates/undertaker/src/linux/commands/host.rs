@@ -1,18 +1,57 @@
 //! [`HostProcess`]: what an undertaker process holding trees does for all of them —
 //! its signals (one signalfd), reaping its children, waiting, and the event loop's
-//! wake-ups. One implementation serves the guardian (`run`), the sentinel taking over
+//! wake-ups. One implementation serves the guardian (`run`), the sentinel finishing
 //! a dead guardian's tree, and the supervisor; trees reach it through [`Host`].
 
 use crate::linux::commands::tree::Host;
+use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions::{self, OnSignal};
+use crate::linux::contain::owner::Owner;
+use crate::linux::contain::spawn::raise_fd_limit;
 use crate::linux::kernel::poll::{self, poll_until};
+use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::BlockedSignals;
 use crate::linux::kernel::wait_status;
+use crate::linux::proof::signal::Signaller;
+use crate::{OwnerSpec, RunError};
 use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fd::BorrowedFd;
 use rustix::process::WaitOptions;
 use std::collections::HashMap;
 use std::time::Instant;
+
+/// What a host process holds once its first steps are done ([`begin`]).
+pub(crate) struct Begun {
+    pub signals: BlockedSignals,
+    pub owner: Owner,
+    /// Our own identity, with the owner protected: never a member.
+    pub signaller: Signaller,
+}
+
+/// The first steps of every process that will hold trees (`run`'s guardian and
+/// `supervise`), in this order: the signals, before anything can fork (no inherited
+/// disposition may drop a signal or auto-reap a child, and no signal may end us; see
+/// `dispositions`); the owner; with `own_session`, a session of our own (before our
+/// identity is read: it records our group); our identity, with the owner protected.
+pub(crate) fn begin(owner: &OwnerSpec, own_session: bool) -> Result<Begun, RunError> {
+    let signals =
+        dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
+    let owner = Owner::resolve(owner)?;
+    if own_session {
+        // Already a leader: nothing to do.
+        let _ = rustix::process::setsid();
+    }
+    let mut signaller = Signaller::for_current_process(Procfs::new())
+        .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
+    if let Some(pid) = owner.pid() {
+        signaller.protect_owner(pid);
+    }
+    Ok(Begun {
+        signals,
+        owner,
+        signaller,
+    })
+}
 
 /// The process-wide state of an undertaker process that holds trees.
 pub(crate) struct HostProcess {
@@ -42,6 +81,21 @@ pub(crate) struct Received {
 }
 
 impl HostProcess {
+    /// The rest of the process-wide setup, once the signals are taken and the
+    /// containment chosen: a high fd limit (teardown holds one pidfd per member) and
+    /// child subreaper (except for pidns, whose init reaps the tree).
+    pub(crate) fn become_host(
+        containment: &Containment,
+        signals: BlockedSignals,
+    ) -> Result<Self, RunError> {
+        let nofile = raise_fd_limit();
+        if !matches!(containment, Containment::Pidns) {
+            rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+                .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+        }
+        Ok(Self::new(signals, nofile))
+    }
+
     pub(crate) fn new(signals: BlockedSignals, nofile: Option<u64>) -> Self {
         Self {
             signals,

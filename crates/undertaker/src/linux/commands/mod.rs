@@ -13,5 +13,4 @@ pub(crate) mod replace;
 pub(crate) mod sentinel;
 pub(crate) mod started_by;
 pub mod supervise;
-pub(crate) mod takeover;
 pub mod tree;

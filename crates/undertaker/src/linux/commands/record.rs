@@ -11,8 +11,7 @@ use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
-    now_ms, state_dir, GuardianRecord, Origin, OwnerRecord, RecordedTier, Registry, RegistryError,
-    RootRecord, StateDir, TreeRecord,
+    now_ms, state_dir, GuardianRecord, OwnerRecord, RecordedTier, RootRecord, StateDir, TreeRecord,
 };
 use crate::{GuardOptions, RunError};
 
@@ -27,39 +26,10 @@ pub const TEST_PAUSE_BEFORE_FINISH_ENV: &str = "UNDERTAKER_TEST_PAUSE_BEFORE_FIN
 /// queued and written in one append before every wait.
 pub struct Recorder {
     tree: TreeId,
-    /// Who writes the audit entries: `guardian`, or `sentinel` after a takeover.
+    /// Who writes the audit entries: `guardian`, or `sentinel` finishing an orphaned tree.
     actor: &'static str,
     writer: Option<RecordWriter>,
     pending_audit: std::cell::RefCell<Vec<Line>>,
-}
-
-/// Opens the state directory and registry for `path` (None = the default chain).
-/// A corrupt database is replaced and reported on stderr through tracing.
-pub fn open_registry(
-    path: Option<&std::path::Path>,
-    uid: u32,
-    boot_id: &str,
-) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
-    open_registry_with(path, uid, boot_id, Registry::open)
-}
-
-fn open_registry_with(
-    path: Option<&std::path::Path>,
-    uid: u32,
-    boot_id: &str,
-    open: fn(&StateDir, &str) -> Result<Registry, RegistryError>,
-) -> Result<(StateDir, Registry), (Origin, RegistryError)> {
-    let (dir, origin) = state_dir::resolve(path).map_err(|e| (Origin::Default, e))?;
-    let dir = StateDir::prepare(&dir, uid).map_err(|e| (origin, e))?;
-    let registry = open(&dir, boot_id).map_err(|e| (origin, e))?;
-    report_recovery(&registry);
-    Ok((dir, registry))
-}
-
-fn report_recovery(registry: &Registry) {
-    if let Some(rec) = &registry.recovered {
-        tracing::error!("{rec}");
-    }
 }
 
 /// What kind of guardian records a tree: `kill` signals `run`'s guardian, and asks a
@@ -107,19 +77,10 @@ impl Recorder {
             pending_audit: Default::default(),
         };
         let me = signaller.me();
-        let dir = match state_dir::resolve(opts.state_dir.as_deref())
-            .map_err(|e| (Origin::Default, e))
-            .and_then(|(path, origin)| StateDir::prepare(&path, me.uid).map_err(|e| (origin, e)))
-        {
-            Ok(dir) => dir,
-            Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
-                return Err(RunError::Usage(e.to_string()))
-            }
-            Err((_, e)) => {
-                tracing::warn!("not recording tree {tree}: {e}");
-                pause_for_tests(TEST_PAUSE_ENV);
-                return Ok(rec);
-            }
+        let Some(dir) = state_dir::for_recording(opts.state_dir.as_deref(), me.uid, tree.as_str())?
+        else {
+            pause_for_tests(TEST_PAUSE_ENV);
+            return Ok(rec);
         };
         let Some(mut guardian) = guardian_record(signaller) else {
             tracing::warn!("not recording tree {tree}: cannot read /proc/self");
@@ -160,7 +121,7 @@ impl Recorder {
     }
 
     /// The record of a tree whose guardian died, for the sentinel that tears it down:
-    /// its record file is taken over (the dead guardian's lock is free) and finished
+    /// its record file is reopened (the dead guardian's lock is free) and finished
     /// once the tree is torn down.
     pub fn adopt(opts: &GuardOptions, tree: &TreeId, signaller: &Signaller) -> Self {
         let mut rec = Recorder {
@@ -247,7 +208,7 @@ impl Recorder {
     }
 
     /// Queues an audit entry the caller built (`supervise`'s `guarded` lines, see
-    /// `commands::takeover`), stamped now.
+    /// `reconcile::succession`), stamped now.
     pub fn audit_line(&self, mut entry: crate::registry::AuditEntry) {
         if self.writer.is_some() {
             entry.time_ms = now_ms();

@@ -7,8 +7,8 @@
 //! supervisor that refuses nothing never opens it), and a failure to write is a
 //! warning: bookkeeping never costs the supervisor its service.
 
-use crate::linux::commands::record::open_registry;
 use crate::linux::proof::signal::Signaller;
+use crate::registry::open_registry;
 use crate::registry::{now_ms, AuditEntry, Registry};
 use std::path::PathBuf;
 

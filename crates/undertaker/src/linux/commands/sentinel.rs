@@ -138,20 +138,25 @@ impl Sentinel {
         }
         let sig = status.terminating_signal().unwrap_or(libc::SIGKILL);
         tracing::warn!("guardian killed by signal {sig}; tearing tree {tree} down here");
-        take_over(opts, tree, signaller, signals);
+        finish_orphaned_tree(opts, tree, signaller, signals);
         crate::exit_status::killed_by(sig)
     }
 }
 
 /// Tears down the tree of a guardian that died: its orphans are our descendants now
 /// (we are their nearest subreaper), and the cgroup tier's cgroup names the tree.
-fn take_over(opts: &GuardOptions, id: &TreeId, signaller: Signaller, signals: BlockedSignals) {
+fn finish_orphaned_tree(
+    opts: &GuardOptions,
+    id: &TreeId,
+    signaller: Signaller,
+    signals: BlockedSignals,
+) {
     let cgroup = cgroup::list_tree_cgroups(signaller.procfs())
         .into_iter()
         .find(|found| found.tree == *id)
         .and_then(|found| CgroupTree::open(&found.path).ok());
     let mut host = HostProcess::new(signals, None);
-    let mut tree = Tree::adopt(opts, id.clone(), &signaller, cgroup);
+    let mut tree = Tree::orphaned(opts, id.clone(), &signaller, cgroup);
     tree.tear_down(Cause::Terminated, &signaller, &mut host);
     tree.finish();
     sys::reclaim_foreground(signaller.host_pgrp());

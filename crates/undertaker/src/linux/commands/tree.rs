@@ -123,7 +123,7 @@ fn scan<'t>(table: &'t mut Option<ProcTable>, signaller: &Signaller) -> &'t Proc
 /// (lock file, registry row, queued audit entries), its containment (a cgroup, a PID
 /// namespace, or none), its anchors (CMD as a pid with its pidfd, or the processes a
 /// host handed over), CMD's exit status once known, and the escalation that tears it
-/// down. Its life is `record` (the row exists and the lock is held before anything
+/// down. Its life is `create` (the row exists and the lock is held before anything
 /// runs) → `spawn` (CMD starts inside the containment) or `take` (handed-over
 /// processes move into it) → `tear_down` → `finish` (the row is marked finished, the
 /// lock and cgroup removed, the exit status returned); dropping a tree that never
@@ -205,8 +205,8 @@ impl Live {
 impl Tree {
     /// Takes the tree's lock and writes its row, before anything is started. The
     /// tree is anchored on the command it will `spawn`, alone in its host; see
-    /// [`Tree::shared`] and [`Tree::take`] for the other member rules.
-    pub fn record(
+    /// [`Tree::among_many`] and [`Tree::take`] for the other member rules.
+    pub fn create(
         opts: &GuardOptions,
         id: TreeId,
         containment: Containment,
@@ -229,15 +229,15 @@ impl Tree {
 
     /// The same tree in a host that holds others: its orphans are the ones that
     /// carry its marker.
-    pub(crate) fn shared(mut self) -> Self {
+    pub(crate) fn among_many(mut self) -> Self {
         self.anchors = Anchors::Command(Orphans::Marked);
         self
     }
 
-    /// The tree of a guardian that died, taken over by the process that forked it
+    /// The tree of a guardian that died, finished by the process that forked it
     /// (see `sentinel`): no root (CMD died with its guardian), the tree's cgroup when
     /// it has one, and the existing record, finished once the tree is torn down.
-    pub(crate) fn adopt(
+    pub(crate) fn orphaned(
         opts: &GuardOptions,
         id: TreeId,
         signaller: &Signaller,
@@ -260,6 +260,13 @@ impl Tree {
                 ..Live::default()
             },
         }
+    }
+
+    /// A fresh tree id: the boot id's prefix and 96 random bits.
+    pub(crate) fn new_id(signaller: &Signaller) -> std::io::Result<TreeId> {
+        let mut random = [0u8; 12];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())?;
+        Ok(TreeId::generate(&signaller.me().boot_id, random))
     }
 
     pub fn id(&self) -> &TreeId {

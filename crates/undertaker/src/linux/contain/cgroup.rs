@@ -14,6 +14,8 @@
 mod replace;
 
 use crate::identity::TreeId;
+// A tree cgroup's name (the one module both this and `cgroup_place` read it through).
+pub use crate::linux::contain::cgroup_name::{dir_name, parse_dir_name, NAME_PREFIX};
 use crate::linux::contain::cgroup_place::{is_tree_cgroup_path, may_hold_trees};
 use crate::linux::kernel::poll::poll_until;
 // Placement and the mount live in `cgroup_place`; the tier is used through this module.
@@ -31,9 +33,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Name prefix of every cgroup undertaker creates.
-pub const NAME_PREFIX: &str = "undertaker.";
-
 /// The cgroup directory `pid` is in now.
 pub fn dir_of_process(procfs: &Procfs, pid: i32) -> Option<PathBuf> {
     let rel = procfs.cgroup_v2_path(pid).ok()??;
@@ -43,32 +42,6 @@ pub fn dir_of_process(procfs: &Procfs, pid: i32) -> Option<PathBuf> {
 /// Writes `pid` to `dir`'s cgroup.procs.
 pub fn move_to(dir: &Path, pid: i32) -> io::Result<()> {
     std::fs::write(dir.join("cgroup.procs"), pid.to_string())
-}
-
-/// Name of a tree's cgroup directory.
-pub fn dir_name(tree: &TreeId, pidns: u64, guardian_pid: i32, guardian_starttime: u64) -> String {
-    format!("{NAME_PREFIX}{tree}.{pidns}.{guardian_pid}.{guardian_starttime}")
-}
-
-/// What a tree cgroup's name says about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NameFacts {
-    pub tree: TreeId,
-    pub pidns: u64,
-    pub guardian_pid: i32,
-    pub guardian_starttime: u64,
-}
-
-/// Parses a name made by [`dir_name`]; anything else is not ours.
-pub fn parse_dir_name(name: &str) -> Option<NameFacts> {
-    let mut parts = name.strip_prefix(NAME_PREFIX)?.split('.');
-    let facts = NameFacts {
-        tree: TreeId::parse(parts.next()?)?,
-        pidns: parts.next()?.parse().ok()?,
-        guardian_pid: parts.next()?.parse().ok().filter(|&p: &i32| p > 0)?,
-        guardian_starttime: parts.next()?.parse().ok()?,
-    };
-    parts.next().is_none().then_some(facts)
 }
 
 /// Inode of our PID namespace (`/proc/self/ns/pid`).
@@ -521,38 +494,4 @@ pub fn list_tree_cgroups(procfs: &Procfs) -> Vec<FoundTreeCgroup> {
             }
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dir_names_round_trip_and_reject_strangers() {
-        let tree = TreeId::parse(&"ab".repeat(16)).unwrap();
-        let name = dir_name(&tree, 4026531836, 1234, 99);
-        let facts = parse_dir_name(&name).unwrap();
-        assert_eq!(facts.tree, tree);
-        assert_eq!(
-            (facts.pidns, facts.guardian_pid, facts.guardian_starttime),
-            (4026531836, 1234, 99)
-        );
-        for bad in [
-            "undertaker",
-            "user.slice",
-            "undertaker.xyz.1.2.3",
-            &format!("{NAME_PREFIX}{tree}.1.0.3"),
-            &format!("{NAME_PREFIX}{tree}.1.2.3.4"),
-            &format!("{NAME_PREFIX}{tree}.1.-2.3"),
-        ] {
-            assert_eq!(parse_dir_name(bad), None, "{bad}");
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn name_parser_never_panics(s in "\\PC*") {
-            let _ = parse_dir_name(&s);
-        }
-    }
 }

@@ -10,7 +10,7 @@
 //! turns them into a [`Location`] with its reason; [`may_hold_trees`] is the one rule
 //! for where a tree cgroup may be found, which every sweep applies.
 
-use crate::linux::contain::cgroup::parse_dir_name;
+use crate::linux::contain::cgroup_name::parse_dir_name;
 use crate::linux::kernel::procfs::parse_cgroup_v2;
 use rustix::fs::Mode;
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! and the owner watch. Builds on [`crate::linux::proof`] and [`crate::linux::kernel`].
 
 pub mod cgroup;
+pub(crate) mod cgroup_name;
 pub mod cgroup_place;
 pub mod containment;
 pub(crate) mod dispositions;

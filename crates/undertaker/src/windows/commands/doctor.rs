@@ -2,7 +2,7 @@
 //! contained in it here, and can the state directory be used.
 
 use crate::report::{CgroupPlacement, Check, DoctorReport, StateDirCheck, TierCheck};
-use crate::windows::commands::reconcile::Context;
+use crate::windows::commands::reconcile;
 use crate::windows::contain::job::Job;
 use crate::windows::kernel::sys;
 use crate::Tier;
@@ -55,6 +55,6 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
 }
 
 fn state_dir_check(state_dir: Option<&Path>) -> StateDirCheck {
-    let unfinished = Context::open(state_dir).and_then(|ctx| ctx.registry.trees(false));
+    let unfinished = reconcile::open(state_dir).and_then(|ctx| ctx.registry.trees(false));
     StateDirCheck::of(state_dir, unfinished)
 }

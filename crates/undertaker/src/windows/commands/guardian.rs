@@ -10,8 +10,8 @@ use crate::escalation::Escalation;
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
-    now_ms, state_dir, AuditEntry, GuardianRecord, Origin, OwnerRecord, RecordedTier,
-    RegistryError, RootRecord, StateDir, TreeRecord,
+    now_ms, state_dir, AuditEntry, GuardianRecord, OwnerRecord, RecordedTier, RootRecord,
+    TreeRecord,
 };
 use crate::windows::contain::job::{Job, StartError};
 use crate::windows::contain::owner::{self, Owner};
@@ -145,18 +145,10 @@ impl Recorder {
             tree: tree.clone(),
             writer: None,
         };
-        let dir = match state_dir::resolve(opts.guard.state_dir.as_deref())
-            .map_err(|e| (Origin::Default, e))
-            .and_then(|(path, origin)| StateDir::prepare(&path, 0).map_err(|e| (origin, e)))
-        {
-            Ok(dir) => dir,
-            Err((Origin::Explicit, e @ RegistryError::UnsafeStateDir { .. })) => {
-                return Err(RunError::Usage(e.to_string()))
-            }
-            Err((_, e)) => {
-                tracing::warn!("not recording tree {tree}: {e}");
-                return Ok(rec);
-            }
+        let Some(dir) =
+            state_dir::for_recording(opts.guard.state_dir.as_deref(), 0, tree.as_str())?
+        else {
+            return Ok(rec);
         };
         let guardian = GuardianRecord {
             pid: sys::current_pid() as i32,

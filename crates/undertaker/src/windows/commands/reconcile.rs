@@ -10,13 +10,10 @@
 //! ends the tree.
 
 use crate::escalation::KILL_CAP;
-use crate::history::{self, History};
+use crate::history;
 use crate::registry::lock::FileLock;
-use crate::registry::record_file::{self, ReadRecord};
-use crate::registry::{
-    now_ms, state_dir, AuditEntry, OwnerRecord, Registry, RegistryError, StateDir, StoredState,
-    TreeRecord,
-};
+use crate::registry::record_file;
+use crate::registry::{now_ms, AuditEntry, OwnerRecord, RegistryError, StoredState, TreeRecord};
 use crate::report::{PsRow, SweepAction, SweepReport, TreeState, TreeSweep};
 use crate::selector::TreeSelector;
 use crate::windows::commands::guardian::{stop_event_name, BOOT_ID};
@@ -27,55 +24,24 @@ use std::os::windows::io::AsHandle;
 use std::path::Path;
 use std::time::Duration;
 
-/// Everything a reconciling command needs.
-pub struct Context {
-    pub dir: StateDir,
-    pub registry: Registry,
-    /// Record files of live trees (their guardian holds the lock), read at open.
-    pub live: Vec<ReadRecord>,
+/// Everything a reconciling command needs: the opened state directory (Windows
+/// signals nothing without its handles, so it adds nothing to it).
+pub use crate::history::Context;
+
+/// Opens `state_dir` as every Windows command does (no uid: the directory's ACL
+/// guards it).
+pub fn open(state_dir: Option<&Path>) -> Result<Context, RegistryError> {
+    Context::open(state_dir, 0, BOOT_ID, usize::MAX)
 }
 
-impl Context {
-    pub fn open(state_dir: Option<&Path>) -> Result<Self, RegistryError> {
-        let (path, _) = state_dir::resolve(state_dir)?;
-        let dir = StateDir::prepare(&path, 0)?;
-        let registry = Registry::open(&dir, BOOT_ID)?;
-        if let Some(rec) = &registry.recovered {
-            tracing::error!("{rec}");
-        }
-        let live = registry.fold(&dir, BOOT_ID);
-        Ok(Self {
-            dir,
-            registry,
-            live,
-        })
-    }
-
-    pub(crate) fn history(&self) -> History<'_> {
-        History {
-            dir: &self.dir,
-            registry: &self.registry,
-            live: &self.live,
-        }
-    }
-
-    /// Every tree: the database's, then the live ones.
-    fn trees(&self) -> Result<Vec<TreeRecord>, RegistryError> {
-        let mut trees = self.registry.trees(true)?;
-        trees.retain(|t| !self.live.iter().any(|l| l.tree.id == t.id));
-        trees.extend(self.live.iter().map(|l| l.tree.clone()));
-        Ok(trees)
-    }
-
-    /// Whether tree `id`'s guardian holds its record file's lock.
-    fn guardian_alive(&self, id: &str) -> bool {
-        match FileLock::try_acquire(&record_file::path_of(&self.dir, id)) {
-            Ok(None) => true,
-            Ok(Some(_)) => false,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            // Cannot tell: assume alive, never close a record on a guess.
-            Err(_) => true,
-        }
+/// Whether tree `id`'s guardian holds its record file's lock.
+fn guardian_alive(ctx: &Context, id: &str) -> bool {
+    match FileLock::try_acquire(&record_file::path_of(&ctx.dir, id)) {
+        Ok(None) => true,
+        Ok(Some(_)) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        // Cannot tell: assume alive, never close a record on a guess.
+        Err(_) => true,
     }
 }
 
@@ -97,7 +63,7 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
     let now = now_ms();
     let mut out = Vec::new();
     for r in ctx.trees()? {
-        let guardian_alive = r.state != StoredState::Finished && ctx.guardian_alive(&r.id);
+        let guardian_alive = r.state != StoredState::Finished && guardian_alive(ctx, &r.id);
         // The job exists while its guardian holds it: its running members.
         let live = if guardian_alive {
             job::live_members_of(&r.id).unwrap_or(0) as usize
@@ -117,7 +83,7 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
 pub fn sweep(ctx: &Context, dry_run: bool) -> Result<SweepReport, RegistryError> {
     let mut trees = Vec::new();
     for r in ctx.trees()? {
-        if r.state == StoredState::Finished || ctx.guardian_alive(&r.id) {
+        if r.state == StoredState::Finished || guardian_alive(ctx, &r.id) {
             continue;
         }
         trees.push(close_dead(ctx, &r, dry_run, "sweep")?);
@@ -189,7 +155,7 @@ pub fn kill(ctx: &Context, selector: &str, grace: Duration) -> Result<TreeSweep,
             0,
         ));
     }
-    if !ctx.guardian_alive(&id) {
+    if !guardian_alive(ctx, &id) {
         return Ok(close_dead(ctx, &r, false, "kill")?);
     }
     let audit = |event: &str, message: String| {
@@ -274,17 +240,4 @@ fn done<'a>(
         targets: vec![],
         left_alive,
     }
-}
-
-pub fn log_page(
-    ctx: &Context,
-    tree: Option<&str>,
-    before: Option<i64>,
-    limit: usize,
-) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    history::log_named(&ctx.history(), tree, Some((before, limit)))
-}
-
-pub fn log(ctx: &Context, tree: Option<&str>) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    history::log_named(&ctx.history(), tree, None)
 }

@@ -10,7 +10,7 @@
 //! dead guardian that no candidate's record leads to (another state dir, a lost
 //! registry) is one: the cgroup proves membership by itself. Whether a candidate's
 //! guardian is dead, and what of it may be signalled, is proven per tree afterwards
-//! ([`super::sweep_tree`], [`super::sweep_cgroup`]).
+//! ([`super::Sweep::tree`], [`super::Sweep::cgroup`]).
 
 use super::{recorded_cgroup, Context};
 use crate::linux::contain::cgroup;

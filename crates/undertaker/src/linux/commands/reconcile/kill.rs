@@ -2,7 +2,7 @@
 //! swept.
 
 use super::marker::{live_count, marker_scan};
-use super::sweep::{refused_target, sweep_tree};
+use super::sweep::{refused_target, Sweep};
 use super::{guardian_state, Context, GuardianState};
 use crate::audit::{audit_entry, AuditEvent};
 use crate::escalation::Sig;
@@ -58,15 +58,13 @@ pub fn kill(
         // The guardian died without finishing: fall through and sweep.
     }
     let rec_now = ctx.tree(id)?;
-    match sweep_tree(
+    let sweep = Sweep {
         ctx,
-        id,
-        rec_now.as_ref().or(rec),
-        false,
+        dry_run: false,
         grace,
-        "kill",
-        None,
-    )? {
+        actor: "kill",
+    };
+    match sweep.tree(id, rec_now.as_ref().or(rec), None)? {
         Some(t) => Ok(t),
         None => Ok(TreeSweep {
             id: id.into(),
@@ -85,7 +83,7 @@ pub fn kill(
 fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
     r.guardian.supervisor
         || record_file::read(&record_file::path_of(&ctx.dir, id)).is_some_and(|file| {
-            (file.audit.iter()).any(|(_, e)| e.event == crate::linux::commands::takeover::GUARDED)
+            (file.audit.iter()).any(|(_, e)| e.event == super::succession::GUARDED)
         })
 }
 

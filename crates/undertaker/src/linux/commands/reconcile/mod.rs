@@ -10,44 +10,50 @@
 //! A tree whose guardian is alive is left to that guardian: it watches its owner
 //! itself and will tear down when the owner dies.
 //!
-//! One file per command ([`ps`](ps()), [`sweep`](sweep()), [`kill`](kill()),
-//! [`log`](log())); which trees a sweep or a self-healing round examines is decided in
+//! One file per command ([`ps`](ps()), [`sweep`](sweep()), [`kill`](kill()); `log`
+//! reads the neutral [`crate::history`]); which trees a sweep or a self-healing round examines is decided in
 //! one place, [`candidates`].
 
 mod candidates;
 mod kill;
-mod log;
 mod marker;
 mod ps;
+pub(crate) mod succession;
 mod sweep;
 #[cfg(test)]
 mod tests;
 
 pub(crate) use candidates::candidates;
 pub use kill::kill;
-pub use log::{log, log_page};
 pub(crate) use marker::marker_scan;
 pub use ps::ps;
+pub(crate) use sweep::Sweep;
 pub use sweep::{sweep, sweep_found_cgroups};
-pub(crate) use sweep::{sweep_cgroup, sweep_tree};
 
-use crate::linux::commands::record::open_registry;
+use crate::history;
 use crate::linux::contain::cgroup::{self, CgroupMount};
 use crate::linux::contain::cgroup_place;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::lock::FileLock;
-use crate::registry::record_file::{self, ReadRecord};
-use crate::registry::{OwnerRecord, Registry, RegistryError, StateDir, StoredState, TreeRecord};
+use crate::registry::record_file;
+use crate::registry::{OwnerRecord, RegistryError, StoredState, TreeRecord};
 use std::path::Path;
 
-/// Everything a reconciling command needs.
+/// Everything a reconciling command needs: the opened state directory every platform
+/// reads ([`history::Context`], its fields reached through this one), and the
+/// signaller that proves what it signals.
 pub struct Context {
     pub signaller: Signaller,
-    pub dir: StateDir,
-    pub registry: Registry,
-    /// Record files of live trees (their guardian holds the lock), read at open.
-    pub live: Vec<ReadRecord>,
+    state: history::Context,
+}
+
+impl std::ops::Deref for Context {
+    type Target = history::Context;
+
+    fn deref(&self) -> &history::Context {
+        &self.state
+    }
 }
 
 impl Context {
@@ -56,7 +62,7 @@ impl Context {
     }
 
     /// [`Context::open`] that folds at most `limit` record files (see
-    /// [`Registry::fold_at_most`]).
+    /// [`crate::registry::Registry::fold_at_most`]).
     pub fn open_folding_at_most(
         state_dir: Option<&Path>,
         limit: usize,
@@ -67,25 +73,8 @@ impl Context {
                 msg: e.to_string(),
             })?;
         let me = signaller.me();
-        let (dir, registry) =
-            open_registry(state_dir, me.uid, &me.boot_id.clone()).map_err(|(_, e)| e)?;
-        let live = registry.fold_at_most(&dir, &me.boot_id, limit);
-        Ok(Self {
-            signaller,
-            dir,
-            registry,
-            live,
-        })
-    }
-
-    /// Every tree of this boot: the database's, then the live ones.
-    pub fn trees(&self) -> Result<Vec<TreeRecord>, RegistryError> {
-        let mut trees = self.registry.trees(true)?;
-        let live: std::collections::HashSet<&str> =
-            self.live.iter().map(|l| l.tree.id.as_str()).collect();
-        trees.retain(|t| !live.contains(t.id.as_str()));
-        trees.extend(self.live.iter().map(|l| l.tree.clone()));
-        Ok(trees)
+        let state = history::Context::open(state_dir, me.uid, &me.boot_id, limit)?;
+        Ok(Self { signaller, state })
     }
 
     /// One tree as it is now: its record file is folded first when its guardian has
@@ -100,17 +89,13 @@ impl Context {
         self.registry.tree(id)
     }
 
-    /// The registry as every platform reads it.
-    pub(crate) fn history(&self) -> crate::history::History<'_> {
-        crate::history::History {
-            dir: &self.dir,
-            registry: &self.registry,
-            live: &self.live,
-        }
-    }
-
     pub(crate) fn procfs(&self) -> &Procfs {
         self.signaller.procfs()
+    }
+
+    /// The opened state directory alone, for what reads without signalling (`log`).
+    pub(crate) fn into_state(self) -> history::Context {
+        self.state
     }
 }
 

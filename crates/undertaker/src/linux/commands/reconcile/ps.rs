@@ -81,7 +81,7 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
             GuardianState::Dead(mut lock) => (
                 TreeState::Orphaned,
                 false,
-                lock.as_mut().and_then(|l| l.info()),
+                lock.as_mut().and_then(crate::registry::record_file::holder),
             ),
         };
         let mut row = PsRow::unrecorded(id.clone(), state, guardian_alive, procs.len());

@@ -1,16 +1,16 @@
 //! `undertaker sweep`: finishing the trees of guardians that died, with proof.
 
 use super::marker::{marker_scan, MarkerSource};
+use super::succession;
 use super::{candidates, guardian_state, owner_alive, recorded_cgroup, Context, GuardianState};
 use crate::audit::{audit_entry, AuditEvent, Delivery};
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
-use crate::linux::commands::takeover;
 use crate::linux::contain::cgroup;
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::{Members, Signaller};
 use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
-use crate::registry::lock::LockInfo;
+use crate::registry::record_file::{self, LockInfo};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, RegistryError,
     StoredState, TreeRecord,
@@ -25,22 +25,20 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     let markers = marker_scan(ctx.procfs(), ctx.signaller.me().uid);
     let candidates = candidates(ctx, Some(&markers))?;
     let mut trees = Vec::new();
+    let sweep = Sweep {
+        ctx,
+        dry_run,
+        grace,
+        actor: "sweep",
+    };
     for (id, rec) in &candidates.records {
-        if let Some(t) = sweep_tree(
-            ctx,
-            id,
-            rec.as_ref(),
-            dry_run,
-            grace,
-            "sweep",
-            Some(&markers),
-        )? {
+        if let Some(t) = sweep.tree(id, rec.as_ref(), Some(&markers))? {
             trees.push(t);
         }
     }
     for found in candidates.orphan_cgroups(ctx) {
         let id = found.tree.to_string();
-        let t = sweep_cgroup(ctx, &id, &found.path, dry_run, grace, "sweep");
+        let t = sweep.cgroup(&id, &found.path);
         match trees.iter_mut().find(|t| t.id == id) {
             Some(existing) => {
                 existing.targets.extend(t.targets);
@@ -55,17 +53,58 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     Ok(SweepReport::of(dry_run, trees))
 }
 
-/// Sweeps one tree if its guardian is dead. `None`: nothing to report (a tree of
-/// another state directory, or a healthy running one).
-pub(crate) fn sweep_tree(
-    ctx: &Context,
+/// One reconciling pass over dead guardians' trees (`sweep`, `kill` of a dead
+/// guardian's tree, self-healing): the command's context, whether anything is
+/// signalled, the grace between SIGTERM and SIGKILL, and who acts in the audit log.
+pub(crate) struct Sweep<'a> {
+    pub ctx: &'a Context,
+    pub dry_run: bool,
+    pub grace: Duration,
+    pub actor: &'a str,
+}
+
+impl Sweep<'_> {
+    /// Sweeps one tree if its guardian is dead. `None`: nothing to report (a tree of
+    /// another state directory, or a healthy running one). `scanned`: a marker scan
+    /// the caller just made, used once instead of another.
+    pub(crate) fn tree(
+        &self,
+        id: &str,
+        rec: Option<&TreeRecord>,
+        scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
+    ) -> Result<Option<TreeSweep>, RegistryError> {
+        sweep_tree(self, id, rec, scanned)
+    }
+
+    /// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup, then
+    /// removes the directory. `left_alive` counts processes still in the cgroup.
+    pub(crate) fn cgroup(&self, id: &str, path: &Path) -> TreeSweep {
+        let registry = &self.ctx.registry;
+        let actor = self.actor;
+        let mut audit = |event: &AuditEvent| {
+            if let Err(e) = registry.append_audit(&audit_entry(id, actor, event)) {
+                tracing::warn!("audit log: {e}");
+            }
+        };
+        sweep_cgroup_with(
+            &self.ctx.signaller,
+            id,
+            path,
+            self.dry_run,
+            self.grace,
+            &mut audit,
+        )
+    }
+}
+
+/// [`Sweep::tree`].
+fn sweep_tree(
+    sweep: &Sweep<'_>,
     id: &str,
     rec: Option<&TreeRecord>,
-    dry_run: bool,
-    grace: Duration,
-    actor: &str,
     scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
 ) -> Result<Option<TreeSweep>, RegistryError> {
+    let (ctx, dry_run) = (sweep.ctx, sweep.dry_run);
     let label = rec.and_then(|r| r.label.clone());
     let mut lock = match guardian_state(ctx, id, rec) {
         GuardianState::Unknown => return Ok(None),
@@ -76,13 +115,13 @@ pub(crate) fn sweep_tree(
     // A guardian that died since this command folded: fold its record now, so the
     // tree has a row to finish (the lock is taken again for the fold, which removes the
     // record file: the row carries the tree from here).
-    let info: Option<LockInfo> = lock.as_mut().and_then(|l| l.info());
+    let info: Option<LockInfo> = lock.as_mut().and_then(record_file::holder);
     let mut folded = None;
     if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
         folded = ctx.registry.tree(id)?;
     }
     let rec = folded.as_ref().or(rec);
-    if let Some(r) = rec.filter(|r| takeover::awaits_successor(ctx, r)) {
+    if let Some(r) = rec.filter(|r| succession::awaits_successor(ctx, r)) {
         return Ok(Some(TreeSweep {
             id: id.into(),
             label: r.label.clone(),
@@ -110,9 +149,7 @@ pub(crate) fn sweep_tree(
     let trusted = rec
         .zip(mount.as_ref())
         .and_then(|(r, m)| recorded_cgroup(r, m, ctx.procfs()));
-    let cgroup_sweep = trusted
-        .filter(|p| p.exists())
-        .map(|p| sweep_cgroup(ctx, id, p, dry_run, grace, actor));
+    let cgroup_sweep = trusted.filter(|p| p.exists()).map(|p| sweep.cgroup(id, p));
     let untrusted = rec
         .and_then(|r| r.cgroup_path.as_deref())
         .filter(|_| trusted.is_none());
@@ -149,8 +186,7 @@ pub(crate) fn sweep_tree(
             targets,
         }));
     }
-    let (targets, left_alive) =
-        tear_down_by_marker(ctx, id, actor, &reason, grace, &mut source, cgroup_sweep);
+    let (targets, left_alive) = tear_down_by_marker(sweep, id, &reason, &mut source, cgroup_sweep);
     finish_record(ctx, id, rec, info.as_ref());
     Ok(Some(TreeSweep {
         id: id.into(),
@@ -259,14 +295,13 @@ fn dry_sweep(
 /// already), with notes before and after in the audit log. Returns the targets and
 /// how many guarded processes are left alive.
 fn tear_down_by_marker(
-    ctx: &Context,
+    sweep: &Sweep<'_>,
     id: &str,
-    actor: &str,
     reason: &str,
-    grace: Duration,
     source: &mut MarkerSource<'_>,
     cgroup_sweep: Option<TreeSweep>,
 ) -> (Vec<SweepTarget>, usize) {
+    let (ctx, actor) = (sweep.ctx, sweep.actor);
     let me = ctx.signaller.me();
     let registry = &ctx.registry;
     let note = |message: String| {
@@ -279,7 +314,7 @@ fn tear_down_by_marker(
         });
     };
     note(format!("{actor}: {reason}; tearing down by marker"));
-    let escalation = Escalation::with_grace(grace);
+    let escalation = Escalation::with_grace(sweep.grace);
     let mut delivered = Delivered::default();
     let mut audit = |event: AuditEvent| {
         delivered.note(&event);
@@ -303,26 +338,7 @@ fn tear_down_by_marker(
     (targets, left_alive)
 }
 
-/// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup, then
-/// removes the directory. `left_alive` counts processes still in the cgroup.
-pub(crate) fn sweep_cgroup(
-    ctx: &Context,
-    id: &str,
-    path: &Path,
-    dry_run: bool,
-    grace: Duration,
-    actor: &str,
-) -> TreeSweep {
-    let registry = &ctx.registry;
-    let mut audit = |event: &AuditEvent| {
-        if let Err(e) = registry.append_audit(&audit_entry(id, actor, event)) {
-            tracing::warn!("audit log: {e}");
-        }
-    };
-    sweep_cgroup_with(&ctx.signaller, id, path, dry_run, grace, &mut audit)
-}
-
-/// [`sweep_cgroup`] with every signal and refusal passed to `audit`.
+/// [`Sweep::cgroup`] with every signal and refusal passed to `audit`.
 fn sweep_cgroup_with(
     signaller: &Signaller,
     id: &str,

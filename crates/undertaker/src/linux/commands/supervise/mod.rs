@@ -7,20 +7,17 @@
 //! waiting) is the one [`HostProcess`] `run` uses too.
 
 mod channel;
+mod succession;
 mod take;
-mod takeover;
 
 use crate::identity::TreeId;
 use crate::linux::commands::control::Listener;
-use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::host::{self, Begun, HostProcess};
 use crate::linux::commands::refusal_log::RefusalLog;
 use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree};
 use crate::linux::contain::containment::Containment;
-use crate::linux::contain::dispositions;
 use crate::linux::contain::owner::Owner;
-use crate::linux::contain::spawn::raise_fd_limit;
 use crate::linux::kernel::poll::readable_now;
-use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::protocol::framing::Frame;
@@ -40,36 +37,31 @@ use rustix::fd::BorrowedFd;
 /// is then torn down. Returns 0.
 pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     let opts = &sup_opts.guard;
-    let signals =
-        dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     if opts.tier == Tier::Pidns {
         return Err(RunError::Usage(
             "supervise does not offer the pidns tier (one namespace init per tree is what `run` is for)"
                 .into(),
         ));
     }
-    let mut owner = Owner::resolve(&opts.owner)?;
-    let owner_process = owner_process(&opts.owner);
     // Our own session: a host that signals its own process group must not take us
-    // down before the trees (already a leader: nothing to do).
-    let _ = rustix::process::setsid();
-    let mut signaller = Signaller::for_current_process(Procfs::new())
-        .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
-    // The owner and its ancestors are never members: adopting or killing one would
-    // take every tree down with it.
-    for pid in [owner.pid(), owner_process.as_ref().map(PidRef::pid)]
-        .into_iter()
-        .flatten()
-    {
+    // down before the trees.
+    let Begun {
+        signals,
+        mut owner,
+        mut signaller,
+    } = host::begin(&opts.owner, true)?;
+    // The owner (protected by `begin`) and the process that started us, with its
+    // ancestors, are never members: adopting or killing one would take every tree
+    // down with it.
+    let owner_process = owner_process(&opts.owner);
+    if let Some(pid) = owner_process.as_ref().map(PidRef::pid) {
         signaller.protect_owner(pid);
     }
     if let Some(pgid) = sup_opts.parent_pgid {
         signaller.protect_group(pgid);
     }
     let containment = Containment::choose(opts.tier)?;
-    let nofile = raise_fd_limit();
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    let host = HostProcess::become_host(&containment, signals)?;
     let channel = Channel::from_stdin(signaller.me().uid)?;
     let owner_record = owner.record(&opts.owner, signaller.procfs());
     if owner.gone() {
@@ -80,7 +72,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         opts,
         signaller,
         containment,
-        host: HostProcess::new(signals, nofile),
+        host,
         channel,
         owner_process,
         owner_record,
@@ -173,7 +165,7 @@ pub(crate) struct Supervisor<'a> {
     /// predecessor is dead before we start).
     predecessors_checked: bool,
     /// A search for a dead predecessor's trees the registry has not answered yet.
-    search: takeover::PendingSearch,
+    search: succession::PendingSearch,
     /// Where `undertaker kill <tree>` asks us to end one tree (see `control`).
     control: Option<Listener>,
     /// Why there is no control socket, for each tree's record.
@@ -203,7 +195,7 @@ impl Supervisor<'_> {
                     .map(|fd| (fd, PollFlags::IN)),
             );
             let search = (self.search.is_pending())
-                .then(|| std::time::Instant::now() + takeover::SEARCH_POLL);
+                .then(|| std::time::Instant::now() + succession::SEARCH_POLL);
             let until = [search, self.control.as_ref().and_then(Listener::deadline)]
                 .into_iter()
                 .flatten()

@@ -4,8 +4,8 @@
 use super::Supervisor;
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
+use crate::linux::commands::reconcile::succession::{self, TakenBy};
 use crate::linux::commands::record::GuardianKind;
-use crate::linux::commands::takeover::{self, TakenBy};
 use crate::linux::commands::tree::Tree;
 use crate::linux::contain::spawn::{CommandSpec, Launch, StdioSpec};
 use crate::linux::proof::pidref::PidRef;
@@ -207,16 +207,14 @@ impl Supervisor<'_> {
     }
 
     pub(super) fn new_tree_id(&self) -> Result<TreeId, ProtocolError> {
-        let mut random = [0u8; 12];
-        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty())
-            .map_err(|e| ProtocolError::new(ErrorCode::SpawnFailed, format!("getrandom: {e}")))?;
-        Ok(TreeId::generate(&self.signaller.me().boot_id, random))
+        Tree::new_id(&self.signaller)
+            .map_err(|e| ProtocolError::new(ErrorCode::SpawnFailed, format!("getrandom: {e}")))
     }
 
     /// Records a tree (before anything is started or moved).
     pub(super) fn record(&self, label: Option<String>) -> Result<Tree, ProtocolError> {
         let id = self.new_tree_id()?;
-        Tree::record(
+        Tree::create(
             &self.tree_options(label),
             id,
             self.containment.clone(),
@@ -278,9 +276,9 @@ impl Supervisor<'_> {
             cwd: req.cwd.map(Into::into),
             stdio,
         };
-        let mut tree = self.record(req.label)?.shared();
+        let mut tree = self.record(req.label)?.among_many();
         let id = tree.id().clone();
-        tree.audit_line(takeover::spawn_entry());
+        tree.audit_line(succession::spawn_entry());
         tree.spawn(&Launch {
             command: &command,
             grace: self.opts.grace,

@@ -4,7 +4,7 @@
 //! descendant of those, moved into the tree's cgroup in the cgroup tier.
 
 use super::{Anchors, Tree};
-use crate::linux::commands::takeover::{self, TakenBy};
+use crate::linux::commands::reconcile::succession::{self, TakenBy};
 use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::contain::containment::Placement;
 use crate::linux::kernel::procfs::Procfs;
@@ -109,7 +109,8 @@ impl Tree {
         taken: TakenBy,
     ) -> usize {
         for m in signaller.past_their_start_tick(&members.proven) {
-            self.recorder.audit_line(takeover::guarded_entry(m, taken));
+            self.recorder
+                .audit_line(succession::guarded_entry(m, taken));
         }
         self.recorder.flush_audit();
         let count = members.proven.len();

@@ -66,7 +66,7 @@ fn record_spawn_finish() {
     let row = || record_file::read(&file).unwrap().tree;
 
     // Recorded before anything runs: a record file, its lock held.
-    let mut tree = Tree::record(
+    let mut tree = Tree::create(
         &opts,
         id.clone(),
         Containment::Subreaper,

@@ -1,14 +1,14 @@
 //! At start, a supervisor takes over the trees a dead supervisor of the same owner
 //! recorded (docs/SUPERVISE.md, "Supervisor restarts"; the registry side is
-//! `commands::takeover`). Each becomes a tree of this supervisor, proven afresh: the
+//! `reconcile::succession`). Each becomes a tree of this supervisor, proven afresh: the
 //! recorded processes still alive with their start times, the rest of their group
 //! through one of them still in it, their descendants, and in the cgroup tier the
 //! tree's cgroup, replaced by one named for its new guardian.
 
 use super::Supervisor;
 use crate::identity::TreeId;
+use crate::linux::commands::reconcile::succession::{self, Predecessor, TakenBy};
 use crate::linux::commands::reconcile::Context;
-use crate::linux::commands::takeover::{self, Predecessor, TakenBy};
 use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::proof::signal::ProvenProcess;
 use crate::snapshot;
@@ -111,7 +111,7 @@ impl Supervisor<'_> {
         self.predecessors_checked = true;
         for old in found {
             let new = self.take_over_one(&old);
-            takeover::hand_over(&ctx, &old.record.id, new.as_ref().map(TreeId::as_str));
+            succession::hand_over(&ctx, &old.record.id, new.as_ref().map(TreeId::as_str));
         }
         true
     }
@@ -164,7 +164,7 @@ impl Supervisor<'_> {
                 } else {
                     match Context::open(state_dir.as_deref()) {
                         Ok(ctx) => {
-                            let found = takeover::predecessors(&ctx, &owner);
+                            let found = succession::predecessors(&ctx, &owner);
                             Search::Found(Box::new(ctx), found)
                         }
                         Err(_) => Search::Failed,
