@@ -335,8 +335,11 @@ impl Rng {
 /// How hostile the world is between any two calls the core makes.
 #[derive(Debug, Clone, Copy)]
 pub struct Chaos {
-    /// Random actions run before each table call (0 = a still world).
+    /// Random actions run per millisecond of waiting (0 = a still world).
     pub steps: usize,
+    /// Percent chance of one random action before each table call: the gaps
+    /// between the core's reads and its signals.
+    pub gap: u64,
     /// Before a token signal: percent chance to kill the target and churn the pid
     /// counter until a stranger holds its number.
     pub recycle_target: u64,
@@ -355,6 +358,11 @@ pub struct World {
     pub churner: i32,
     /// Stop acting as the tree (after teardown starts, the tree only reacts).
     pub tree_acts: bool,
+    /// Deliveries whose target's number a stranger held by the time of the signal.
+    pub recycled_under_delivery: usize,
+    /// macOS before 14.4: no audit-token signal, so delivery is "re-read the
+    /// identity, then `kill(pid)`" (docs/GUARANTEES.md states the residual).
+    pub recheck_then_kill: bool,
 }
 
 impl World {
@@ -365,6 +373,8 @@ impl World {
             chaos,
             churner,
             tree_acts: true,
+            recycled_under_delivery: 0,
+            recheck_then_kill: false,
         }
     }
 
@@ -412,6 +422,9 @@ impl World {
                         self.k.reap(s);
                     }
                 }
+            } else if p.ppid == self.churner && self.rng.chance(30) {
+                self.k.exit(pid);
+                self.k.reap(pid);
             }
             return;
         }
@@ -446,11 +459,17 @@ impl World {
             }
             4 => self.k.exit(pid),
             5 => {
-                let scrub = self.rng.chance(40);
+                let scrub = self.rng.chance(15);
                 self.k.exec(pid, scrub);
             }
             6 => self.k.setsid(pid),
             _ => {}
+        }
+    }
+
+    fn gap(&mut self) {
+        if self.rng.chance(self.chaos.gap) {
+            self.step();
         }
     }
 
@@ -486,17 +505,17 @@ impl World {
 
 impl ProcessTable for World {
     fn pids(&mut self) -> Vec<i32> {
-        self.steps();
+        self.gap();
         self.k.procs.keys().copied().collect()
     }
 
     fn facts(&mut self, pid: i32) -> Option<Facts> {
-        self.steps();
+        self.gap();
         self.k.flavor18(pid)
     }
 
     fn children(&mut self, pid: i32) -> Vec<i32> {
-        self.steps();
+        self.gap();
         self.k
             .procs
             .values()
@@ -506,7 +525,7 @@ impl ProcessTable for World {
     }
 
     fn carries_marker(&mut self, facts: &Facts, tree: &str) -> bool {
-        self.steps();
+        self.gap();
         // KERN_PROCARGS2 of the live process at that number: the caller's facts may
         // be stale, so the read is only trusted if the serial is still the same.
         self.k.procs.get(&facts.pid).is_some_and(|p| {
@@ -521,7 +540,7 @@ impl ProcessTable for World {
     /// (an exec bumped the version), at most three times.
     fn deliver(&mut self, member: &Member, signal: Signal) -> Delivery {
         for _ in 0..3 {
-            self.steps();
+            self.gap();
             let Some(f) = self.k.flavor18(member.pid) else {
                 return Delivery::AlreadyGone;
             };
@@ -531,9 +550,18 @@ impl ProcessTable for World {
             if self.rng.chance(self.chaos.recycle_target) {
                 self.k.exit(member.pid);
                 self.k.reap(member.pid);
-                self.recycle(member.pid);
+                if self.recycle(member.pid).is_some() {
+                    self.recycled_under_delivery += 1;
+                }
             }
-            let version = f.version.expect("xnu facts carry a version");
+            let mut version = f.version.expect("xnu facts carry a version");
+            if self.recheck_then_kill {
+                // kill(pid) checks nothing: whoever holds the number now.
+                match self.k.get(member.pid) {
+                    Some(p) => version = p.version,
+                    None => return Delivery::AlreadyGone,
+                }
+            }
             if self.k.token_signal(member.pid, version, signal).is_ok() {
                 return Delivery::Delivered;
             }

@@ -15,6 +15,7 @@ const TREE: &str = "0123456789abcdef01234567deadbeef";
 const NO_SURVIVOR: [i32; 0] = [];
 const STILL: Chaos = Chaos {
     steps: 0,
+    gap: 0,
     recycle_target: 0,
     max_tree: 10_000,
 };
@@ -268,10 +269,31 @@ fn recycling_between_the_identity_read_and_the_signal_is_refused_by_the_kernel()
     );
 }
 
+/// docs/GUARANTEES.md, macOS residual: before 14.4 there is no kernel-checked
+/// signal; a full pid wrap between the identity re-read and `kill` hits a stranger.
+#[test]
+fn miss_recheck_then_kill_before_14_4_can_hit_a_stranger_on_a_wrap() {
+    let chaos = Chaos {
+        recycle_target: 100,
+        ..STILL
+    };
+    let mut s = Setup::new(400, false, 12, chaos);
+    s.world.recheck_then_kill = true;
+    let mut lineage = s.lineage();
+    lineage.scan(&mut s.world);
+    s.world.tree_acts = false;
+    tear_down(&mut lineage, &mut s.world, escalation());
+    assert!(
+        !s.world.strangers_signalled().is_empty(),
+        "the stated residual"
+    );
+}
+
 #[test]
 fn freeze_round_ends_a_fork_bomb_that_ignores_sigterm() {
     let chaos = Chaos {
         steps: 3,
+        gap: 50,
         recycle_target: 0,
         max_tree: 150,
     };
@@ -382,9 +404,11 @@ impl Setup {
 
 /// A random tree life and teardown in a small pid space, strangers churning the
 /// counter through wraps, the world acting in every gap between the core's calls.
-fn adversarial(seed: u64, modern: bool, recycle_target: u64) {
+/// Returns how many deliveries met a recycled number.
+fn adversarial(seed: u64, modern: bool, recycle_target: u64) -> usize {
     let chaos = Chaos {
-        steps: 3,
+        steps: 2,
+        gap: 5,
         recycle_target,
         max_tree: 40,
     };
@@ -403,6 +427,17 @@ fn adversarial(seed: u64, modern: bool, recycle_target: u64) {
             "seed {seed}: survivor linked to a member {p:?}"
         );
     }
+    s.world.recycled_under_delivery
+}
+
+/// The schedules above do reach the case they guard: a stranger holding a member's
+/// number when the signal goes out.
+#[test]
+fn forced_wraps_do_put_strangers_under_deliveries() {
+    let hits: usize = (0..40)
+        .map(|seed| adversarial(seed, seed % 2 == 0, 20))
+        .sum();
+    assert!(hits > 0);
 }
 
 proptest::proptest! {
