@@ -14,6 +14,49 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+const INSIDE: &str = "UNDERTAKER_PORTABLE_TEST_INSIDE_PIDNS";
+
+/// Re-runs `test_name` as PID 1 of a private PID namespace (where it can only see
+/// what it started) and returns false; true when already inside. Without one: skip,
+/// except under CI=true.
+fn isolate(test_name: &str) -> bool {
+    if std::env::var_os(INSIDE).is_some() {
+        return true;
+    }
+    let mut cmd = Command::new("unshare");
+    if !rustix::process::geteuid().is_root() {
+        cmd.args(["--user", "--map-root-user"]);
+    }
+    let out = cmd
+        .args(["--pid", "--fork", "--mount-proc", "--"])
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(INSIDE, "1")
+        .env_remove(TREE_MARKER)
+        .output();
+    let skip = |why: String| {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("SKIP {test_name}: {why}");
+        false
+    };
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => return skip(format!("cannot run unshare: {e}")),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && stderr.starts_with("unshare:") {
+        return skip(format!("no private PID namespace: {}", stderr.trim()));
+    }
+    eprintln!("--- inner run of {test_name} ---\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "isolated run of {test_name} failed ({})",
+        out.status
+    );
+    false
+}
+
 fn unique_tree() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -67,6 +110,9 @@ fn kill_own(pid: i32) {
 
 #[test]
 fn escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link() {
+    if !isolate("linux::contain::portable::tests::escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link") {
+        return;
+    }
     let procfs = Procfs::new();
     let signaller = Signaller::for_current_process(procfs.clone()).expect("signaller");
     let tree = unique_tree();
@@ -135,4 +181,57 @@ fn escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link() {
     let _ = other.kill();
     let _ = early.wait();
     let _ = other.wait();
+}
+
+/// A member proven, gone, and its number handed to a stranger (ns_last_pid): the
+/// delivery to the member must refuse, and the stranger lives.
+#[test]
+fn a_stranger_on_a_recycled_member_number_is_never_signalled() {
+    if !isolate("linux::contain::portable::tests::a_stranger_on_a_recycled_member_number_is_never_signalled") {
+        return;
+    }
+    let procfs = Procfs::new();
+    let signaller = Signaller::for_current_process(procfs.clone()).expect("signaller");
+    let tree = unique_tree();
+    let mut os = LinuxOs::new(signaller.clone());
+    let mut member_child = spawn("exec sleep 310", &tree);
+    let pid = member_child.id() as i32;
+    let facts = os.facts(pid).expect("member facts");
+    let mut lineage = Lineage::new(Scope {
+        tree: tree.clone(),
+        uid: signaller.me().uid,
+        not_before: 0,
+        protected: Default::default(),
+    });
+    let member = lineage.seed(&facts).expect("member");
+    let _ = member_child.kill();
+    let _ = member_child.wait();
+    std::fs::write("/proc/sys/kernel/ns_last_pid", format!("{}", pid - 1)).expect("ns_last_pid");
+    let mut decoy = Command::new("sleep")
+        .arg("311")
+        .env_remove(TREE_MARKER)
+        // Out of our group, which the ladder protects: only the serial tells.
+        .process_group(0)
+        .spawn()
+        .expect("decoy");
+    assert_eq!(decoy.id() as i32, pid, "the number was reused");
+    assert_eq!(
+        os.deliver(&member, crate::portable::Signal::Kill),
+        crate::portable::Delivery::AlreadyGone
+    );
+    let report = tear_down(
+        &mut lineage,
+        &mut os,
+        Escalation {
+            grace: Duration::from_millis(100),
+            kill_cap: Duration::from_secs(2),
+        },
+    );
+    assert!(report.delivered.is_empty(), "{report:?}");
+    assert!(
+        decoy.try_wait().expect("decoy").is_none(),
+        "the decoy lives"
+    );
+    let _ = decoy.kill();
+    let _ = decoy.wait();
 }
