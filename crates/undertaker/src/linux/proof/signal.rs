@@ -444,6 +444,26 @@ impl Signaller {
         Ok(opened.proven(Proof::Snapshot))
     }
 
+    /// What `pid` is now, read through a pidfd (so the facts describe one process),
+    /// proving nothing: (identity, parent pid, state). The portable tier judges
+    /// membership from these and proves again at delivery ([`Self::prove_by_serial`]).
+    pub fn identify(&self, pid: i32) -> Result<(Identity, i32, char), NotProven> {
+        let opened = self.open_then_read(pid)?;
+        Ok((opened.identity, opened.live.ppid, opened.state))
+    }
+
+    /// Proves the live process at `pid` is the process a portable lineage proved by
+    /// `serial` (see [`serial_of`]), ours by uid. Unlike [`Self::prove_by_snapshot`]
+    /// its group is not compared: a member may have left it (`setsid`) since.
+    pub fn prove_by_serial(&self, pid: i32, serial: u64) -> Result<ProvenProcess, NotProven> {
+        let opened = self.open_then_read(pid)?;
+        ladder::check_process(&self.me, &opened.live, None)?;
+        if serial_of(&opened.identity) != serial {
+            return Err(NotProven::Gone);
+        }
+        Ok(opened.proven(Proof::Snapshot))
+    }
+
     /// Proves `pid` is in the cgroup `path` (cgroup id `id`, `rel` its path as
     /// /proc/PID/cgroup prints it). Membership is read after the pidfd was opened:
     /// from PIDFD_GET_INFO's cgroup id where the kernel has it, else from /proc.
@@ -575,6 +595,15 @@ pub fn signal_whole_namespace(_init: &NamespaceInit, sig: Signal) -> Delivery {
         Ok(()) => Delivery::Delivered,
         Err(_) => Delivery::AlreadyGone,
     }
+}
+
+/// A process's serial for the portable tier: its pidfs inode (never reused within a
+/// boot), or, before Linux 6.9, its start time and pid together (unique unless the
+/// whole pid space wraps within one clock tick).
+pub(crate) fn serial_of(identity: &Identity) -> u64 {
+    identity
+        .pidfs_inode
+        .unwrap_or((identity.starttime << 22) | identity.pid as u64)
 }
 
 pub(crate) fn pidfs_inode(fd: BorrowedFd<'_>) -> Option<u64> {

@@ -1,0 +1,132 @@
+//! The portable teardown: the escalation of docs/DESIGN.md §4 without a kernel
+//! container. SIGTERM to every proven member (SIGCONT to stopped ones), the grace
+//! period with rescans, then a **freeze round** in place of `cgroup.kill`: SIGSTOP
+//! every proven member and rescan until a scan adds nobody (a stopped process cannot
+//! fork, so the set stops growing), then SIGKILL them all, then wait up to the kill
+//! cap. Every signal goes through [`ProcessTable::deliver`], which refuses a process
+//! that is no longer the proven serial.
+
+use super::lineage::Lineage;
+use super::{Delivery, Member, ProcessTable, Serial, Signal, Waker};
+use crate::escalation::{Escalation, MAX_RESCAN};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Freeze passes before the kill goes out regardless (a member that keeps being
+/// replaced faster than we can stop it is killed with what was found).
+const MAX_FREEZE_ROUNDS: usize = 32;
+
+/// What a teardown did.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Every delivery that reached its member, in order.
+    pub delivered: Vec<(Member, Signal)>,
+    /// Freeze passes run (0 if the tree was gone within the grace).
+    pub freeze_rounds: usize,
+    /// Members still there after the kill cap.
+    pub stuck: Vec<Member>,
+}
+
+impl Report {
+    fn send(&mut self, table: &mut impl ProcessTable, member: &Member, signal: Signal) {
+        if table.deliver(member, signal) == Delivery::Delivered {
+            self.delivered.push((member.clone(), signal));
+        }
+    }
+
+    /// Distinct members that were sent SIGKILL.
+    pub fn killed(&self) -> usize {
+        let set: HashSet<Serial> = self
+            .delivered
+            .iter()
+            .filter(|(_, s)| *s == Signal::Kill)
+            .map(|(m, _)| m.serial)
+            .collect();
+        set.len()
+    }
+}
+
+/// Tears the tree down. `lineage` holds the seeds; it grows as members are found.
+/// `os` is the backend: its table and its waker (one value, so the scan, the
+/// signals and the waits see one world).
+pub fn tear_down<O: ProcessTable + Waker>(
+    lineage: &mut Lineage,
+    os: &mut O,
+    escalation: Escalation,
+) -> Report {
+    let mut report = Report::default();
+    let grace_ends = os.now() + escalation.grace;
+    let mut termed: HashSet<Serial> = HashSet::new();
+    loop {
+        for m in lineage.scan(os) {
+            os.watch(&m);
+        }
+        let live = lineage.live(os);
+        if live.is_empty() {
+            return report;
+        }
+        for (m, facts) in &live {
+            if termed.insert(m.serial) {
+                report.send(os, m, Signal::Term);
+                if facts.stopped {
+                    report.send(os, m, Signal::Cont);
+                }
+            }
+        }
+        let now = os.now();
+        if now >= grace_ends {
+            break;
+        }
+        os.wait(grace_ends.min(now + MAX_RESCAN));
+    }
+    freeze(lineage, os, &mut report);
+    let cap_ends = os.now() + escalation.kill_cap;
+    let mut killed: HashSet<Serial> = HashSet::new();
+    loop {
+        // Nothing new should appear (every member is stopped), but a rescan costs
+        // little and a straggler gets the same treatment.
+        for m in lineage.scan(os) {
+            os.watch(&m);
+        }
+        let live = lineage.live(os);
+        if live.is_empty() {
+            return report;
+        }
+        for (m, _) in &live {
+            if killed.insert(m.serial) {
+                report.send(os, m, Signal::Kill);
+            }
+        }
+        let now = os.now();
+        if now >= cap_ends {
+            report.stuck = live.into_iter().map(|(m, _)| m).collect();
+            return report;
+        }
+        os.wait(cap_ends.min(now + MAX_RESCAN));
+    }
+}
+
+/// SIGSTOP every live member, rescan, repeat until a pass stops nobody new.
+fn freeze<O: ProcessTable + Waker>(lineage: &mut Lineage, os: &mut O, report: &mut Report) {
+    let mut frozen: HashSet<Serial> = HashSet::new();
+    while report.freeze_rounds < MAX_FREEZE_ROUNDS {
+        report.freeze_rounds += 1;
+        for m in lineage.scan(os) {
+            os.watch(&m);
+        }
+        let mut stopped_now = 0;
+        for (m, _) in lineage.live(os) {
+            if frozen.insert(m.serial) {
+                report.send(os, &m, Signal::Stop);
+                stopped_now += 1;
+            }
+        }
+        if stopped_now == 0 {
+            return;
+        }
+        // Let a fork that was under way when the stop arrived finish, so its child
+        // shows up in the next pass.
+        let now = os.now();
+        os.wait(now + Duration::from_millis(1));
+    }
+}
