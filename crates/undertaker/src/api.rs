@@ -54,12 +54,7 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
     #[cfg(target_os = "linux")]
     return crate::linux::commands::supervise::run(opts);
     #[cfg(windows)]
-    {
-        let _ = opts;
-        Err(RunError::Setup(
-            "undertaker supervise is not available on Windows yet; `undertaker run` is (one Job Object per tree)".into(),
-        ))
-    }
+    return crate::windows::commands::supervise::run(opts);
     #[cfg(not(any(target_os = "linux", windows)))]
     {
         let _ = opts;
