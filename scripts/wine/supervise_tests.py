@@ -42,6 +42,8 @@ class Host:
                 return msg
             if line.startswith("host: child "):
                 return int(line.split()[2])
+            check(not line.startswith("host: supervisor output ended"),
+                  "the supervisor exited (its output ended)")
 
     def ask(self, request):
         self.send(json.dumps(request) if isinstance(request, dict) else request)
