@@ -2,9 +2,9 @@
 # Builds the static musl `undertaker` (target/x86_64-unknown-linux-musl/release) for the
 # linux-x64-musl npm package (Alpine-based images): one static, non-PIE executable, with
 # no dynamic loader, no libc shared with other processes and no relocations written
-# into its data pages at start-up. An idle guarded tree then costs 182-185 KiB of PSS
-# against about 507 KiB for the default glibc PIE build (docs/BENCHMARKS.md, "Memory
-# per tree"; scripts/measure-pss.sh). Installs what it needs when missing:
+# into its data pages at start-up, so an idle guarded tree costs far less memory than
+# with the default glibc build (the figures: docs/BENCHMARKS.md, "Memory per tree",
+# measured by scripts/measure-pss.sh). Installs what it needs when missing:
 # the Rust target (rustup) and musl-gcc (Debian's musl-tools: SQLite's C is built for
 # musl). If either cannot be installed it prints `SKIP linux-x64-musl: <reason>` and
 # exits 3; a build that fails once both are there fails (non-zero, not 3).

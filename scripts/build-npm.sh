@@ -21,7 +21,7 @@ binary_for() { # npm platform -> path of its release binary
   local triple musl=target/x86_64-unknown-linux-musl/release/undertaker
   case "$1" in
     # glibc systems get the static musl build too (it runs there unchanged): an idle
-    # guarded tree costs 133-142 KiB of PSS with it, 304-352 KiB with the glibc build
+    # guarded tree costs less than half the memory of the glibc build's
     # (docs/BENCHMARKS.md, "Memory per tree"). Without it (scripts/build-musl.sh not
     # run, or its toolchain missing) linux-x64 is the glibc build.
     linux-x64)
@@ -79,3 +79,7 @@ for dir in "$stage"/*/; do
   (cd "$dir" && npm pack --silent --pack-destination "$OLDPWD/target/npm" >/dev/null)
 done
 ls -1 target/npm/*.tgz
+# How to install them: from the project that uses them (not this checkout, where npm
+# would write package.json and node_modules/), the main package and this machine's
+# platform package only (another platform's is refused with EBADPLATFORM).
+echo "to install into a Node project: cd YOUR_PROJECT && npm install $PWD/target/npm/process-undertaker-$version.tgz $PWD/target/npm/process-undertaker-$host_platform-$version.tgz" >&2

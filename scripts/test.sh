@@ -18,10 +18,19 @@ cargo test --workspace "$@" -- --show-output >"$log" 2>&1 &
 cargo_pid=$!
 # libtest prints "successes:", the outputs, "successes:" again and the names; what
 # follows ("failures:" or "test result:") is shown again.
-tail -n +1 -f --pid="$cargo_pid" "$log" | awk '
-  /^successes:$/ { seen++; next }
-  seen == 2 && (/^failures:$/ || /^test result:/) { seen = 0 }
-  !seen { print; fflush() }'
+# A shell loop, not awk: Debian's mawk buffers its input, so the output came late and
+# in bursts.
+seen=0
+tail -n +1 -f --pid="$cargo_pid" "$log" | while IFS= read -r line; do
+  if [ "$line" = "successes:" ]; then
+    seen=$((seen + 1))
+    continue
+  fi
+  if [ "$seen" = 2 ] && { [ "$line" = "failures:" ] || [[ $line == "test result:"* ]]; }; then
+    seen=0
+  fi
+  [ "$seen" = 0 ] && printf '%s\n' "$line"
+done
 wait "$cargo_pid"
 status=$?
 

@@ -29,6 +29,8 @@ export interface RunOptions {
   stateDir?: string;
   /** Owner pid (default: whoever starts undertaker). */
   owner?: number;
+  /** false: `--no-stdio-owner` (the stdio peer's going is not the owner's death). */
+  stdioOwner?: boolean;
 }
 
 /** Name of the per-platform package carrying this machine's binary. */

@@ -91,6 +91,7 @@ function runArgs(options = {}) {
   if (options.tier != null) args.push('--tier', String(options.tier));
   if (options.stateDir != null) args.push('--state-dir', String(options.stateDir));
   if (options.owner != null) args.push('--owner', String(options.owner));
+  if (options.stdioOwner === false) args.push('--no-stdio-owner');
   return args;
 }
 

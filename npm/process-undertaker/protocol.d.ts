@@ -60,6 +60,18 @@ export interface AdoptRequest {
   pid?: number | null;
 }
 
+/**
+ * A spawned tree is gone: its teardown is over (after its `exited`, whatever
+ * ended it: its root's exit, `kill`, or the supervisor's end) and it has left
+ * `list`.
+ */
+export interface EndedEvent {
+  event: 'ended';
+  /** Its processes still alive (0 unless some could not be killed). */
+  live: number;
+  tree: string;
+}
+
 export interface ErrorDetail {
   code: ErrorCode;
   /** One human line. */
@@ -80,7 +92,10 @@ export interface ErrorReply {
   pgid?: number | null;
 }
 
-/** A spawned tree's root exited; the rest of its tree is torn down. */
+/**
+ * A spawned tree's root exited: sent as soon as the supervisor collects its
+ * status, before the rest of its tree is torn down (`ended` follows).
+ */
 export interface ExitedEvent {
   event: 'exited';
   pid: number;
@@ -152,19 +167,22 @@ export interface ListRequest {
 
 export interface ListedTree {
   kind: TreeKind;
-  label: string;
+  label: string | null;
   /** Its processes alive now. */
   live: number;
   /** `null` once the root is gone. */
-  pgid: number;
-  /** The root (spawn, adopt) or the registered group's leader. */
-  pid: number;
+  pgid: number | null;
+  /**
+   * The root (spawn, adopt) or the registered group's leader; `null` when none is
+   * known (a tree taken over from a dead supervisor by its cgroup alone).
+   */
+  pid: number | null;
   tree: string;
 }
 
 export interface OwnerPid {
   /** The owner's pid; `null` with `--owner-fd`. */
-  pid: number;
+  pid: number | null;
 }
 
 /** `register`: the group is a tree now. */
@@ -256,7 +274,7 @@ export interface UnregisterRequest {
   pgid: number;
 }
 
-export type Event = ExitedEvent;
+export type Event = ExitedEvent | EndedEvent;
 
 export type Reply = RegisterReply | UnregisterReply | HelloReply | SpawnReply | AdoptReply | KillReply | ReleaseReply | ListReply | ErrorReply;
 

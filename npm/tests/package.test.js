@@ -15,7 +15,18 @@ const os = require('node:os');
 const path = require('node:path');
 const readline = require('node:readline');
 
-const { REPO, need, cargoVersion, tarballs } = require('./support');
+const {
+  REPO,
+  need,
+  cargoVersion,
+  tarballs,
+  environOf,
+  ppidOf,
+  cmdline,
+  processesWith,
+  describe,
+  waitUntil,
+} = require('./support');
 const SDK_PIN = '@modelcontextprotocol/sdk@1.32.2';
 const TYPESCRIPT_PIN = 'typescript@5.9.3';
 const SERVER_EVERYTHING =
@@ -40,67 +51,6 @@ before(() => {
 after(() => {
   if (scratch) fs.rmSync(scratch, { recursive: true, force: true });
 });
-
-function environOf(pid) {
-  try {
-    const out = {};
-    for (const item of fs.readFileSync(`/proc/${pid}/environ`).toString('utf8').split('\0')) {
-      const i = item.indexOf('=');
-      if (i > 0) out[item.slice(0, i)] = item.slice(i + 1);
-    }
-    return out;
-  } catch (_) {
-    return {};
-  }
-}
-
-function stateOf(pid) {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-  } catch (_) {
-    return 'gone';
-  }
-}
-
-function ppidOf(pid) {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-}
-
-function cmdline(pid) {
-  return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, -1);
-}
-
-/** Live (non-zombie) processes carrying UT_TEST_TOKEN=token. */
-function processesWith(token) {
-  return fs
-    .readdirSync('/proc')
-    .filter((e) => /^\d+$/.test(e))
-    .map(Number)
-    .filter((pid) => environOf(pid).UT_TEST_TOKEN === token && !['Z', 'X', 'gone'].includes(stateOf(pid)));
-}
-
-function describe(pids) {
-  return pids
-    .map((pid) => {
-      try {
-        return `${pid} [${stateOf(pid)}] ${cmdline(pid).join(' ')}`;
-      } catch (_) {
-        return `${pid} gone`;
-      }
-    })
-    .join('; ');
-}
-
-async function waitUntil(predicate, timeoutMs = 30000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    if (predicate()) return true;
-    if (Date.now() > deadline) return false;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 /** A test's marker, scratch state dir and cleanup. */
 function scene(t) {

@@ -39,4 +39,79 @@ function tarballs() {
   return [path.join(dir, platform[0]), path.join(dir, main[0])];
 }
 
-module.exports = { REPO, need, cargoVersion, tarballs };
+// Process accounting by a per-test environment token (UT_TEST_TOKEN), from /proc.
+
+function environOf(pid) {
+  try {
+    const out = {};
+    for (const item of fs.readFileSync(`/proc/${pid}/environ`).toString('utf8').split('\0')) {
+      const i = item.indexOf('=');
+      if (i > 0) out[item.slice(0, i)] = item.slice(i + 1);
+    }
+    return out;
+  } catch (_) {
+    return {};
+  }
+}
+
+function stateOf(pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  } catch (_) {
+    return 'gone';
+  }
+}
+
+function ppidOf(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+function cmdline(pid) {
+  return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, -1);
+}
+
+/** Live (non-zombie) processes carrying UT_TEST_TOKEN=token. */
+function processesWith(token) {
+  return fs
+    .readdirSync('/proc')
+    .filter((e) => /^\d+$/.test(e))
+    .map(Number)
+    .filter((pid) => environOf(pid).UT_TEST_TOKEN === token && !['Z', 'X', 'gone'].includes(stateOf(pid)));
+}
+
+function describe(pids) {
+  return pids
+    .map((pid) => {
+      try {
+        return `${pid} [${stateOf(pid)}] ${cmdline(pid).join(' ')}`;
+      } catch (_) {
+        return `${pid} gone`;
+      }
+    })
+    .join('; ');
+}
+
+async function waitUntil(predicate, timeoutMs = 30000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (predicate()) return true;
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+module.exports = {
+  REPO,
+  need,
+  cargoVersion,
+  tarballs,
+  environOf,
+  stateOf,
+  ppidOf,
+  cmdline,
+  processesWith,
+  describe,
+  waitUntil,
+};

@@ -182,8 +182,10 @@ def run_args(
     tier: Optional[str] = None,
     state_dir: Optional[str] = None,
     owner: Optional[int] = None,
+    stdio_owner: bool = True,
 ) -> List[str]:
-    """The ``undertaker run`` options (without the binary and without ``--``)."""
+    """The ``undertaker run`` options (without the binary and without ``--``).
+    ``stdio_owner=False`` is ``--no-stdio-owner``."""
     args = ["run"]
     if label is not None:
         args += ["--label", label]
@@ -195,6 +197,8 @@ def run_args(
         args += ["--state-dir", os.fspath(state_dir)]
     if owner is not None:
         args += ["--owner", str(owner)]
+    if not stdio_owner:
+        args.append("--no-stdio-owner")
     return args
 
 
@@ -206,6 +210,7 @@ def wrap(
     grace: Optional[str] = None,
     tier: Optional[str] = None,
     state_dir: Optional[str] = None,
+    stdio_owner: bool = True,
 ) -> Tuple[str, List[str]]:
     """Returns ``(command, args)`` that run the given command under ``undertaker run``.
 
@@ -216,13 +221,14 @@ def wrap(
         params = StdioServerParameters(command=command, args=args)
 
     ``label``, ``grace`` (e.g. ``"2s"``), ``tier`` and ``state_dir`` are passed to
-    ``undertaker run`` as the options of the same names.
+    ``undertaker run`` as the options of the same names; ``stdio_owner=False`` as
+    ``--no-stdio-owner``.
     """
     if isinstance(args, (str, bytes)):
         raise TypeError("args must be a sequence of strings, not a single string")
     command = _text("command", command)
     words = [_text(f"args[{i}]", a) for i, a in enumerate(args)]
-    prefix = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir)
+    prefix = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir, stdio_owner=stdio_owner)
     return find_bin(), [*prefix, "--", command, *words]
 
 
@@ -243,6 +249,7 @@ def guard_self(
     state_dir: Optional[str] = None,
     argv: Optional[Sequence[str]] = None,
     env: Optional[Mapping[str, str]] = None,
+    stdio_owner: bool = True,
 ) -> None:
     """Re-runs this program under ``undertaker run``, keeping the pid its starter knows.
 
@@ -261,6 +268,11 @@ def guard_self(
     The guardian hands the terminal's foreground to the program, so interactive
     programs keep reading it and Ctrl-C reaches them.
 
+    When the program's stdin and stdout are its host's pipes, the host's death ends the
+    tree too, even through a launcher that outlives the host (``uvx``, a shell): the
+    stdio peer is an owner (docs/GUARANTEES.md, "The stdio peer"; ``stdio_owner=False``
+    turns that off).
+
     ``argv`` defaults to the interpreter's own command line (``sys.orig_argv``);
     ``env`` to ``os.environ``. Raises ``FileNotFoundError`` if the binary is missing
     and ``OSError`` if it cannot be executed.
@@ -271,7 +283,9 @@ def guard_self(
         raise NotImplementedError("guard_self() needs Linux (undertaker run is Linux-only for now)")
     binary = find_bin()
     command = list(argv) if argv is not None else _own_command_line()
-    options = run_args(label=label, grace=grace, tier=tier, state_dir=state_dir, owner=os.getpid())
+    options = run_args(
+        label=label, grace=grace, tier=tier, state_dir=state_dir, owner=os.getpid(), stdio_owner=stdio_owner
+    )
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

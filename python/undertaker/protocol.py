@@ -74,6 +74,18 @@ class AdoptRequest(_AdoptRequestRequired, total=False):
     pid: Optional[int]
 
 
+class EndedEvent(TypedDict):
+    """A spawned tree is gone: its teardown is over (after its `exited`, whatever
+    ended it: its root's exit, `kill`, or the supervisor's end) and it has left
+    `list`.
+    """
+
+    event: Literal["ended"]
+    #: Its processes still alive (0 unless some could not be killed).
+    live: int
+    tree: str
+
+
 class _ErrorDetailRequired(TypedDict):
     code: ErrorCode
     #: One human line.
@@ -102,7 +114,9 @@ class ErrorReply(_ErrorReplyRequired, total=False):
 
 
 class ExitedEvent(TypedDict):
-    """A spawned tree's root exited; the rest of its tree is torn down."""
+    """A spawned tree's root exited: sent as soon as the supervisor collects its
+    status, before the rest of its tree is torn down (`ended` follows).
+    """
 
     event: Literal["exited"]
     pid: int
@@ -198,19 +212,20 @@ class ListRequest(_ListRequestRequired, total=False):
 
 class ListedTree(TypedDict):
     kind: TreeKind
-    label: str
+    label: Optional[str]
     #: Its processes alive now.
     live: int
     #: `null` once the root is gone.
-    pgid: int
-    #: The root (spawn, adopt) or the registered group's leader.
-    pid: int
+    pgid: Optional[int]
+    #: The root (spawn, adopt) or the registered group's leader; `null` when none is
+    #: known (a tree taken over from a dead supervisor by its cgroup alone).
+    pid: Optional[int]
     tree: str
 
 
 class OwnerPid(TypedDict):
     #: The owner's pid; `null` with `--owner-fd`.
-    pid: int
+    pid: Optional[int]
 
 
 class _RegisterReplyRequired(TypedDict):
@@ -335,7 +350,7 @@ class UnregisterRequest(_UnregisterRequestRequired, total=False):
     id: Any
 
 
-Event = ExitedEvent
+Event = Union[ExitedEvent, EndedEvent]
 
 Reply = Union[RegisterReply, UnregisterReply, HelloReply, SpawnReply, AdoptReply, KillReply, ReleaseReply, ListReply, ErrorReply]
 

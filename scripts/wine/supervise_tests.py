@@ -152,14 +152,16 @@ def supervise_kill_of_one_tree_leaves_the_others(tag, state):
     left = [t["tree"] for t in listed["trees"]]
     alive = count(trees[2][0], "cmd") + count(trees[2][0], "grandchild")
     supervisor = tagged(tag).get("supervisor", [])
-    events = [e["tree"] for e in host.events]
+    events = [e["tree"] for e in host.events if e["event"] == "exited"]
     kill9(host.p.pid)
     check(wait_for(lambda: not any(tagged(t) for t, _ in trees), 30), "trees left after the host")
     check(left == [trees[2][1]], f"list after two kills: {left}")
     check(alive == 2, f"the third tree has {alive} processes, want 2")
     check(len(supervisor) == 1, "the supervisor ended with a tree")
     check(trees[0][1] in events, f"no exited event for the killed spawn: {host.events}")
-    return (f"kill op: tree 0 gone (live 0, exited event); undertaker kill: tree 1 gone "
+    ended = [e["tree"] for e in host.events if e["event"] == "ended"]
+    check(trees[0][1] in ended and trees[1][1] in ended, f"no ended events: {host.events}")
+    return (f"kill op: tree 0 gone (live 0, exited and ended events); undertaker kill: tree 1 gone "
             f"({json.loads(cli.stdout)['action']}); tree 2 kept {alive} processes; supervisor alive")
 
 

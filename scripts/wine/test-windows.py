@@ -240,8 +240,10 @@ def cmd_exit_tears_down_the_grandchild(tag, state):
     return f"grandchild gone, audit: {kinds}. {note}"
 
 
-def start_tree(tag, state):
-    p = wine([UT, "--state-dir", state, "run", "--", TREEPROG, "--tag", tag, "--grandchild", "--sleep", "600"],
+def start_tree(tag, state, label=None):
+    labelled = ["--label", label] if label else []
+    p = wine([UT, "--state-dir", state, "run", *labelled, "--", TREEPROG, "--tag", tag, "--grandchild",
+              "--sleep", "600"],
              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     got = wait_for(lambda: (lambda t: t if "cmd" in t and "grandchild" in t else None)(tagged(tag)), 60)
     check(got, f"tree did not start: {tagged(tag)}")
@@ -310,6 +312,19 @@ def kill_command_tears_a_live_tree_down(tag, state):
     left = wait_for(lambda: not tagged(tag), 30)
     check(left, f"alive 30 s after kill: {tagged(tag)}")
     return f"ps saw {rows[0]['live_processes']} live; kill: {json.loads(r.stdout)['action']}"
+
+
+@test
+def kill_takes_a_label(tag, state):
+    p, procs = start_tree(tag, state, label="srv")
+    r = ut(state, "kill", "--json", "--grace", "300ms", "srv")
+    check(r.returncode == 0, f"kill srv exit {r.returncode}: {r.stdout} {r.stderr}")
+    check(p.wait(timeout=30) is not None, "undertaker still running")
+    check(wait_for(lambda: not tagged(tag), 30), f"alive 30 s after kill: {tagged(tag)}")
+    r = ut(state, "kill", "srv")
+    check(r.returncode == 2, f"kill of a label with no live tree: exit {r.returncode}")
+    log = json.loads(ut(state, "log", "--json", "--tree", "srv").stdout)
+    return f"kill srv ended the tree; log --tree srv: {len(log)} entries"
 
 
 @test

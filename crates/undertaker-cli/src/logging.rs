@@ -68,9 +68,18 @@ impl Subscriber for StderrLog {
     fn exit(&self, _: &Id) {}
 }
 
-/// `LEVEL message key=value …\n`, the level right-aligned to five characters and the
-/// message first, wherever the macro put it.
+/// `TIME LEVEL message key=value …\n`: the UTC time to the millisecond, the level
+/// right-aligned to five characters, and the message first, wherever the macro put it.
 fn line(event: &Event<'_>) -> String {
+    format!(
+        "{} {}",
+        crate::clock::utc(crate::clock::now_ms()),
+        text(event)
+    )
+}
+
+/// `LEVEL message key=value …\n`, without the time.
+fn text(event: &Event<'_>) -> String {
     let mut fields = Fields::default();
     event.record(&mut fields);
     format!(
@@ -100,9 +109,13 @@ struct Fields {
 
 impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        // A message reads as text; other strings are quoted, as tracing-subscriber did.
+        // A message reads as text, and so does a plain word; other strings are quoted
+        // (escaped: they may come from whoever started a tree).
+        let plain = !value.is_empty()
+            && (value.chars()).all(|c| c.is_ascii_graphic() && c != '"' && c != '\\');
         match field.name() {
             "message" => self.record_debug(field, &format_args!("{value}")),
+            _ if plain => self.record_debug(field, &format_args!("{value}")),
             _ => self.record_debug(field, &value),
         }
     }
@@ -153,15 +166,28 @@ mod tests {
     fn a_line_is_level_message_and_fields() {
         let capture = std::sync::Arc::new(Capture(Default::default(), LevelFilter::WARN));
         tracing::subscriber::with_default(capture.clone(), || {
-            tracing::warn!(pid = 42, signal = "SIGTERM", "refused {}", "here");
+            tracing::warn!(
+                pid = 42,
+                signal = "SIGTERM",
+                label = "a b",
+                "refused {}",
+                "here"
+            );
             tracing::error!("cannot remove cgroup");
             tracing::info!("not shown at warn");
         });
-        let lines = capture.0.lock().unwrap().clone();
+        let lines: Vec<String> = (capture.0.lock().unwrap().iter())
+            .map(|l| {
+                // `2026-12-06T04:17:07.001Z `: the time first.
+                let (time, rest) = l.split_at(25);
+                assert!(time.starts_with("20") && time.ends_with("Z "), "{l}");
+                rest.to_owned()
+            })
+            .collect();
         assert_eq!(
             lines,
             [
-                " WARN refused here pid=42 signal=\"SIGTERM\"\n",
+                " WARN refused here pid=42 signal=SIGTERM label=\"a b\"\n",
                 "ERROR cannot remove cgroup\n"
             ]
         );

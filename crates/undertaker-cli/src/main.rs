@@ -25,27 +25,45 @@ macro_rules! errln {
     }};
 }
 
+mod clock;
 mod logging;
 mod printable;
 mod reconcile;
+
+const TOP_HELP: &str = "\
+Examples:
+  undertaker run -- npx -y @modelcontextprotocol/server-everything
+  undertaker run --label build --grace 5s -- make -j8
+  undertaker ps                      what is guarded now, and by whom
+  undertaker kill 4e98               end one tree (id or a unique prefix)
+  undertaker sweep --dry-run         what dead guardians left, and what a sweep would signal
+  undertaker doctor                  which tiers work here, and how to get the others
+
+Exit status: `run` exits with CMD's status (128+N when a signal N ended it), 127 or 126
+when CMD cannot be found or run, 125 when undertaker could not guard it; 2 for a usage
+error everywhere; `kill` and `sweep` 0 when nothing guarded is left alive, 1 otherwise,
+and `kill` 3 when the tree's supervisor cannot be asked (nothing is signalled then).";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "undertaker",
     version,
-    about = "Guard the process trees a program spawns: the whole tree dies with its owner, and nothing else is ever signalled."
+    about = "Guard the process trees a program spawns: the whole tree dies with its owner, and nothing else is ever signalled.",
+    after_help = TOP_HELP
 )]
 struct Cli {
     /// Where the registry lives (default: $UNDERTAKER_STATE_DIR, else
     /// $XDG_STATE_HOME/undertaker, else ~/.local/state/undertaker).
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Create tree cgroups in this cgroup directory (default: $UNDERTAKER_CGROUP_ROOT,
-    /// else beneath undertaker's own cgroup where possible; docs/TIERS.md).
-    #[arg(long, global = true, value_name = "PATH")]
+    /// For `run`, `supervise` and `doctor`, given before the command: create tree
+    /// cgroups in this cgroup directory, one you own (default: $UNDERTAKER_CGROUP_ROOT,
+    /// else beneath undertaker's own cgroup where possible).
+    #[arg(long, value_name = "PATH")]
     cgroup_root: Option<PathBuf>,
-    /// Run no self-healing round (as $UNDERTAKER_NO_HEAL does).
-    #[arg(long, global = true)]
+    /// For `run` and `supervise`, given before the command: no self-healing round (the
+    /// look for dead guardians' trees they make at start; as $UNDERTAKER_NO_HEAL does).
+    #[arg(long)]
     no_heal: bool,
     /// Log level: error, warn, info, debug, trace (default: $UNDERTAKER_LOG, else warn).
     #[arg(long, global = true, value_name = "LEVEL")]
@@ -59,23 +77,44 @@ enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
     /// One guardian for many trees: a host registers the groups it spawned, or asks
-    /// for spawns, over standard input (protocol: docs/SUPERVISE.md).
+    /// for spawns, over standard input.
+    #[command(after_help = SUPERVISE_HELP)]
     Supervise(SuperviseArgs),
     /// List guarded trees.
     Ps(PsArgs),
     /// Finish the job of dead guardians: tear down their trees, with proof.
     Sweep(SweepArgs),
     /// Tear one tree down now.
+    ///
+    /// A tree a supervisor holds is ended by asking that supervisor over its control
+    /// socket; the supervisor is never signalled. When it cannot be asked (no control
+    /// socket in this state dir, e.g. it runs in another PID namespace), nothing is
+    /// signalled and the exit status is 3.
+    ///
+    /// Exit status: 0 the tree is gone; 1 something of it is left or it could not be
+    /// touched; 2 usage error; 3 its supervisor cannot be asked.
     Kill(KillArgs),
     /// Show the audit log: every signal sent and every refusal, oldest first.
     Log(LogArgs),
     /// Report which kernel mechanisms and containment tiers work on this machine.
     Doctor {
-        /// Print one JSON object (fields: docs/CLI-JSON-doctor.md).
+        /// Print one JSON object: checks, tiers, cgroup placement, state dir.
         #[arg(long)]
         json: bool,
     },
 }
+
+const SUPERVISE_HELP: &str = "\
+Protocol (one request per line on standard input, one reply per line on standard output;
+the whole schema is docs/SUPERVISE.md in the source repository):
+  register PGID                      plain line (Hermes Agent's): guard group PGID, a child's
+  unregister PGID                    stop guarding it, signalling nothing
+  {\"op\":\"hello\"}                     version, tier, pid
+  {\"op\":\"spawn\",\"argv\":[...]}        start a command as a new tree
+  {\"op\":\"adopt\",\"pid\":N}             guard a child of the host and its descendants
+  {\"op\":\"kill\",\"tree\":ID}            end one tree now (\"release\": stop guarding it)
+  {\"op\":\"list\"}                      every tree and its live count
+End of input, the owner's death or SIGTERM ends every tree; the exit status is then 0.";
 
 /// What `run` and `supervise` share (the library's `GuardOptions`).
 #[derive(clap::Args, Debug)]
@@ -93,6 +132,11 @@ struct GuardArgs {
     /// The owner holds the write end of this inherited pipe; end of file = owner gone.
     #[arg(long, value_name = "N", value_parser = parse_fd)]
     owner_fd: Option<i32>,
+    /// run: do not count the stdio peer as an owner (by default, when stdin and stdout
+    /// are pipes or sockets, no writer left on stdin and no reader on stdout tear the
+    /// tree down as the owner's death does).
+    #[arg(long)]
+    no_stdio_owner: bool,
     /// Containment mechanism (supervise refuses pidns: it is one namespace per `run`).
     #[arg(long, value_enum, default_value = "auto")]
     tier: TierArg,
@@ -109,6 +153,7 @@ impl GuardArgs {
             label: self.label,
             grace: self.grace,
             owner,
+            stdio_owner: !self.no_stdio_owner,
             tier: self.tier.into(),
             state_dir,
         }
@@ -119,13 +164,14 @@ impl GuardArgs {
 struct RunArgs {
     #[command(flatten)]
     guard: GuardArgs,
-    /// The command and its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// Before CMD starts, end the live tree(s) with this --label that the same host
+    /// started (the host behind any launcher).
+    #[arg(long, requires = "label")]
+    replace: bool,
+    /// The command and its arguments. An option-looking word before CMD (or before
+    /// `--`) is one of undertaker's: a mistyped option is a usage error, never the
+    /// command; after `--`, CMD may start with `-`.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
@@ -142,12 +188,15 @@ struct SuperviseArgs {
 
 #[derive(clap::Args, Debug)]
 struct PsArgs {
-    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    /// Print one JSON array, a tree per element, with every column's value.
     #[arg(long)]
     json: bool,
     /// Include finished trees.
     #[arg(long)]
     all: bool,
+    /// Group the trees by the host that started them (JSON: one object per host).
+    #[arg(long)]
+    by_owner: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -155,7 +204,7 @@ struct SweepArgs {
     /// Signal nothing; print what would be signalled.
     #[arg(long)]
     dry_run: bool,
-    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    /// Print one JSON object: each tree examined, what was done, what is left alive.
     #[arg(long)]
     json: bool,
     /// How long leftovers get between SIGTERM and SIGKILL.
@@ -165,9 +214,13 @@ struct SweepArgs {
 
 #[derive(clap::Args, Debug)]
 struct KillArgs {
-    /// Tree id, or a unique prefix of at least 4 characters.
+    /// Tree id, a unique prefix of at least 4 characters, or a label.
     tree: String,
-    /// Print one JSON object (fields: docs/CLI-JSON.md).
+    /// End every live tree with the label (needed when it names more than one;
+    /// --json then prints an array).
+    #[arg(long)]
+    all: bool,
+    /// Print one JSON object: what was done to the tree, what is left alive.
     #[arg(long)]
     json: bool,
     /// How long the tree gets between SIGTERM and SIGKILL when swept here.
@@ -177,10 +230,11 @@ struct KillArgs {
 
 #[derive(clap::Args, Debug)]
 struct LogArgs {
-    /// Print one JSON array (fields: docs/CLI-JSON.md).
+    /// Print one JSON array, an entry per element.
     #[arg(long)]
     json: bool,
-    /// Only this tree's entries (id or unique prefix of at least 4 characters).
+    /// Only this tree's entries (id, unique prefix of at least 4 characters, or a
+    /// label: every tree with it).
     #[arg(long, value_name = "TREE")]
     tree: Option<String>,
     /// Only the newest N entries (one page; read without loading the rest).
@@ -267,7 +321,10 @@ fn fill_standard_fds() {}
 
 fn main() -> ExitCode {
     fill_standard_fds();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(e)),
+    };
     init_logging(cli.log_level);
     if let Some(path) = cli.cgroup_root {
         undertaker::settings::set_cgroup_root(path);
@@ -287,10 +344,53 @@ fn main() -> ExitCode {
     ExitCode::from(code.clamp(0, 255) as u8)
 }
 
+/// A command line clap refused: `--help` and `--version` print as clap prints them;
+/// a usage error is one line on stderr (a mistyped option names the one meant) and
+/// exit status 2.
+fn usage_error(e: clap::Error) -> u8 {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return e.exit_code().clamp(0, 255) as u8;
+    }
+    let text = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => v.first().cloned(),
+        _ => None,
+    };
+    let line = match (e.kind(), text(ContextKind::InvalidArg)) {
+        (ErrorKind::UnknownArgument, Some(arg)) => {
+            let hint = match text(ContextKind::SuggestedArg) {
+                Some(meant) => format!("; did you mean {meant}?"),
+                None => String::new(),
+            };
+            format!("unknown option {arg}{hint}")
+        }
+        _ => {
+            // clap's message without its usage block, on one line.
+            let rendered = e.render().to_string();
+            let message: Vec<&str> = (rendered.lines())
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more"))
+                .collect();
+            message.join(" ").trim_start_matches("error: ").to_owned()
+        }
+    };
+    errln!("undertaker: {} (see --help)", printable::line(&line));
+    2
+}
+
 fn cmd_run(args: RunArgs, state_dir: Option<PathBuf>) -> i32 {
     let opts = RunOptions {
         command: args.command,
         guard: args.guard.options(state_dir),
+        replace: args.replace,
     };
     report(undertaker::run(&opts))
 }
@@ -386,5 +486,14 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         .map(|(name, status, detail)| vec![name, status.to_owned(), detail])
         .collect();
     printable::print_table(&header, &rows);
+    // The table shortens long details: an unavailable tier's reason, with what to do
+    // about it, is printed in full.
+    for t in report.tiers.iter().filter(|t| !t.available) {
+        outln!(
+            "\ntier {} is unavailable: {}",
+            t.tier,
+            printable::line(&t.detail)
+        );
+    }
     0
 }

@@ -3,7 +3,7 @@
 use crate::printable::{self, print_table};
 use crate::{KillArgs, LogArgs, PsArgs, SweepArgs};
 use std::path::PathBuf;
-use undertaker::report::TreeSweep;
+use undertaker::report::{PsRow, TreeSweep};
 
 /// Reports a failed command; its exit status.
 fn failed(e: &undertaker::Error) -> i32 {
@@ -49,31 +49,113 @@ fn age(ms: Option<i64>) -> String {
     }
 }
 
+/// Longest COMMAND cell `ps` shows, in characters (`--json` has the whole argv).
+const COMMAND_CELL: usize = 40;
+
+/// The argv as one line, shortened to [`COMMAND_CELL`] characters.
+fn command_cell(argv: Option<&[String]>) -> String {
+    let Some(argv) = argv.filter(|a| !a.is_empty()) else {
+        return "-".into();
+    };
+    let joined = argv.join(" ");
+    if joined.chars().count() <= COMMAND_CELL {
+        return joined;
+    }
+    let mut out: String = joined.chars().take(COMMAND_CELL - 1).collect();
+    out.push('…');
+    out
+}
+
+/// The host as a person knows it, `name[pid]`; the owner's pid for trees recorded
+/// before hosts were.
+fn host_cell(r: &PsRow) -> String {
+    match (&r.host_name, r.host_pid) {
+        (Some(name), Some(pid)) => format!("{name}[{pid}]"),
+        _ => opt(r.owner_pid),
+    }
+}
+
+const PS_HEADER: [&str; 11] = [
+    "ID", "LABEL", "TIER", "PID", "GUARDIAN", "HOST", "ROOT", "LIVE", "STATE", "AGE", "COMMAND",
+];
+
+fn ps_cells(r: &PsRow) -> Vec<String> {
+    vec![
+        r.id.clone(),
+        opt(r.label.clone()),
+        opt(r.tier),
+        opt(r.pid),
+        match r.supervisor_reachable {
+            // `kill` of its trees refuses: the table says why at once.
+            Some(false) => format!("{} (cannot be asked)", opt(r.guardian_pid)),
+            _ => opt(r.guardian_pid),
+        },
+        host_cell(r),
+        opt(r.root_pid),
+        r.live_processes.to_string(),
+        r.state.to_string(),
+        age(r.age_ms),
+        command_cell(r.command.as_deref()),
+    ]
+}
+
+/// The trees of one host (`ps --by-owner`).
+#[derive(serde::Serialize)]
+struct HostGroup<'a> {
+    host_pid: Option<i32>,
+    host_starttime: Option<u64>,
+    host_name: Option<&'a str>,
+    trees: Vec<&'a PsRow>,
+}
+
+/// Rows grouped by host (pid and start time), hosts in order of their first tree;
+/// trees with no recorded host form one group of their own.
+fn by_host(rows: &[PsRow]) -> Vec<HostGroup<'_>> {
+    let mut groups: Vec<HostGroup<'_>> = Vec::new();
+    for r in rows {
+        let key = (r.host_pid, r.host_starttime);
+        match groups
+            .iter_mut()
+            .find(|g| (g.host_pid, g.host_starttime) == key)
+        {
+            Some(g) => g.trees.push(r),
+            None => groups.push(HostGroup {
+                host_pid: r.host_pid,
+                host_starttime: r.host_starttime,
+                host_name: r.host_name.as_deref(),
+                trees: vec![r],
+            }),
+        }
+    }
+    groups
+}
+
 pub fn cmd_ps(args: PsArgs, state_dir: Option<PathBuf>) -> i32 {
     let rows = match undertaker::ps(state_dir.as_deref(), args.all) {
         Ok(r) => r,
         Err(e) => return failed(&e),
     };
-    print_listing(
-        &rows,
-        args.json,
-        &[
-            "ID", "LABEL", "TIER", "GUARDIAN", "OWNER", "ROOT", "LIVE", "STATE", "AGE",
-        ],
-        |r| {
-            vec![
-                r.id.clone(),
-                opt(r.label.clone()),
-                opt(r.tier),
-                opt(r.guardian_pid),
-                opt(r.owner_pid),
-                opt(r.root_pid),
-                r.live_processes.to_string(),
-                r.state.to_string(),
-                age(r.age_ms),
-            ]
-        },
-    )
+    if !args.by_owner {
+        return print_listing(&rows, args.json, &PS_HEADER, ps_cells);
+    }
+    let groups = by_host(&rows);
+    if args.json {
+        print_json(&groups);
+        return 0;
+    }
+    for (n, g) in groups.iter().enumerate() {
+        if n > 0 {
+            outln!();
+        }
+        let title = match (g.host_name, g.host_pid) {
+            (Some(name), Some(pid)) => format!("host {}[{pid}]", printable::cell(name)),
+            _ => "host unknown".into(),
+        };
+        outln!("{title}: {} tree(s)", g.trees.len());
+        let cells: Vec<Vec<String>> = g.trees.iter().map(|r| ps_cells(r)).collect();
+        print_table(&PS_HEADER, &cells);
+    }
+    0
 }
 
 fn print_tree_sweep(t: &TreeSweep) {
@@ -126,54 +208,38 @@ pub fn cmd_sweep(args: SweepArgs, state_dir: Option<PathBuf>) -> i32 {
         for t in &report.trees {
             print_tree_sweep(t);
         }
-        let verb = if report.dry_run {
-            "would be left"
+        if report.dry_run {
+            let would = (report.trees.iter())
+                .flat_map(|t| &t.targets)
+                .filter(|x| x.outcome == undertaker::report::TargetOutcome::WouldSignal)
+                .count();
+            outln!(
+                "{} tree(s) examined; a sweep would signal {would} guarded process(es) (dry run: nothing was signalled)",
+                report.trees.len(),
+            );
         } else {
-            "left"
-        };
-        outln!(
-            "{} tree(s) examined; {} guarded process(es) {verb} alive",
-            report.trees.len(),
-            report.left_alive
-        );
+            outln!(
+                "{} tree(s) examined; {} guarded process(es) left alive",
+                report.trees.len(),
+                report.left_alive
+            );
+        }
     }
     report.exit_code()
 }
 
 pub fn cmd_kill(args: KillArgs, state_dir: Option<PathBuf>) -> i32 {
-    match undertaker::kill(state_dir.as_deref(), &args.tree, args.grace) {
-        Ok(t) => {
-            if args.json {
-                print_json(&t);
-            } else {
-                print_tree_sweep(&t);
+    match undertaker::kill_named(state_dir.as_deref(), &args.tree, args.all, args.grace) {
+        Ok(done) => {
+            match (args.json, args.all) {
+                (true, true) => print_json(&done),
+                (true, false) => done.iter().for_each(print_json),
+                (false, _) => done.iter().for_each(print_tree_sweep),
             }
-            t.exit_code()
+            done.iter().map(TreeSweep::exit_code).max().unwrap_or(0)
         }
         Err(e) => failed(&e),
     }
-}
-
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` from unix milliseconds (days-to-civil, proleptic Gregorian).
-fn utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        ms.rem_euclid(1000)
-    )
 }
 
 pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
@@ -203,7 +269,7 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
                 _ => opt(e.outcome.clone()),
             };
             vec![
-                utc(e.time_ms),
+                crate::clock::utc(e.time_ms),
                 opt(e
                     .tree
                     .as_deref()
@@ -217,13 +283,4 @@ pub fn cmd_log(args: LogArgs, state_dir: Option<PathBuf>) -> i32 {
             ]
         },
     )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formatting() {
-        assert_eq!(super::utc(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::utc(951_782_400_123), "2000-02-29T00:00:00.123Z");
-    }
 }

@@ -65,3 +65,36 @@ fn human_output_is_an_aligned_table() {
     }
     assert!(text.contains("tier auto"));
 }
+
+/// A user without the cgroup tier is told how to get it, in full, after the table.
+#[test]
+fn an_unavailable_cgroup_tier_says_how_to_get_it() {
+    if !common::is_root() {
+        common::skip("needs root to run doctor as uid 65534 through setpriv");
+        return;
+    }
+    let out = common::undertaker_as_nobody()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if report["tiers"]["cgroup"]["available"] == true {
+        // Not a missing capability: this machine delegates a cgroup to uid 65534.
+        eprintln!("uid 65534 has the cgroup tier here: nothing to advise");
+        return;
+    }
+    let out = common::undertaker_as_nobody()
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let advice = (text.lines())
+        .find(|l| l.starts_with("tier cgroup is unavailable: "))
+        .unwrap_or_else(|| panic!("no full line on the cgroup tier: {text}"));
+    for needed in [
+        "systemd-run --user --scope -p Delegate=yes",
+        "--cgroup-root",
+    ] {
+        assert!(advice.contains(needed), "{needed:?} missing: {advice}");
+    }
+}

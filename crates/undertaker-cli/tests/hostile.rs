@@ -100,6 +100,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
             starttime: 1,
             pgid: 999_999,
             pidfs_inode: None,
+            supervisor: false,
         },
         root: None,
         owner: OwnerRecord {
@@ -113,6 +114,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
         updated_ms: now_ms(),
         finished_ms: Some(now_ms()),
         exit_status: Some(0),
+        start: None,
     })
     .unwrap();
     drop(reg);

@@ -95,6 +95,14 @@ fn killed_guardian_tree_is_orphaned_then_swept_and_decoys_survive() {
     assert_eq!(ps[0]["state"], "orphaned");
     let log = json(&ut(&state, &["log", "--json"]));
     assert_eq!(log.as_array().unwrap().len(), 0, "dry run wrote the log");
+    // The human summary says what a sweep would do, not that anything stays alive.
+    let human = stdout(&ut(&state, &["sweep", "--dry-run"]));
+    let summary = human.lines().last().unwrap_or_default().to_owned();
+    assert!(
+        summary.contains(&format!("a sweep would signal {}", members.len()))
+            && !summary.contains("left alive"),
+        "{human}"
+    );
 
     let swept = ut(&state, &["sweep", "--grace", "1s", "--json"]);
     println!("sweep: {}", stdout(&swept));

@@ -136,12 +136,14 @@ fn every_reply_and_event_of_a_real_supervisor_has_its_type() {
     talk.ask(
         json!({"op": "kill", "id": 8, "tree": "0123456789abcdef0123456789abcdef"}).to_string(),
     );
-    // The first spawned root has exited by now: its event is among the lines.
+    // The first spawned root has exited by now: its events are among the lines.
     assert!(wait_until(Duration::from_secs(60), || {
         talk.ask(json!({"op": "list"}).to_string());
-        talk.lines
-            .iter()
-            .any(|l| l["event"] == "exited" && l["tree"] == spawned["tree"])
+        ["exited", "ended"].iter().all(|event| {
+            talk.lines
+                .iter()
+                .any(|l| l["event"] == *event && l["tree"] == spawned["tree"])
+        })
     }));
     for line in &talk.lines {
         check(line);

@@ -11,6 +11,7 @@ mod fold;
 mod modes;
 mod ns;
 mod procs;
+mod released;
 mod report;
 mod rng;
 mod scenarios;
@@ -46,7 +47,8 @@ struct Cli {
     /// chaos-kill-guardian, chaos-kill-undertaker, chaos-kill-both, chaos-kill-folder,
     /// and the supervise cells: sv-leader-reused, sv-group-reused, sv-check-to-signal,
     /// sv-adopt-reused, sv-replayed-registration, sv-chaos-kill-supervisor,
-    /// sv-chaos-kill-host, sv-chaos-restart, and sv-snapshot-same-tick.
+    /// sv-chaos-kill-host, sv-chaos-restart, sv-snapshot-same-tick, and
+    /// sv-released-restarted.
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// The undertaker binary (default: `undertaker` next to this executable).

@@ -28,6 +28,8 @@
 //!   restarts it and replays, then dies; the predecessor's trees must die too.
 //! - `sv-snapshot-same-tick`: pi-crew's snapshot `adopt` of a group that lived
 //!   less than a clock tick, its number already reused by a stranger.
+//! - `sv-released-restarted`: a released tree across a restart with a replay
+//!   (`crate::released`): any signal to a released process is a stranger hit.
 //!
 //! A group whose registration was refused or never answered was never guarded: its
 //! leftovers are cleaned up, not counted.
@@ -56,9 +58,10 @@ pub enum Cell {
     KillSupervisor,
     KillHost,
     Restart,
+    ReleasedRestarted,
 }
 
-pub const CELLS: [Cell; 9] = [
+pub const CELLS: [Cell; 10] = [
     Cell::LeaderReused,
     Cell::GroupReused,
     Cell::CheckToSignal,
@@ -68,6 +71,7 @@ pub const CELLS: [Cell; 9] = [
     Cell::KillSupervisor,
     Cell::KillHost,
     Cell::Restart,
+    Cell::ReleasedRestarted,
 ];
 
 impl Cell {
@@ -82,12 +86,15 @@ impl Cell {
             Cell::KillSupervisor => "sv-chaos-kill-supervisor",
             Cell::KillHost => "sv-chaos-kill-host",
             Cell::Restart => "sv-chaos-restart",
+            Cell::ReleasedRestarted => "sv-released-restarted",
         }
     }
 
     pub fn kind(self) -> &'static str {
         match self {
-            Cell::KillSupervisor | Cell::KillHost | Cell::Restart => "chaos",
+            Cell::KillSupervisor | Cell::KillHost | Cell::Restart | Cell::ReleasedRestarted => {
+                "chaos"
+            }
             _ => "reuse",
         }
     }
@@ -98,7 +105,7 @@ const GRACE_REUSE: Duration = Duration::from_millis(250);
 const GRACE_CHAOS: Duration = Duration::from_millis(100);
 /// Grace + the 5 s kill cap, generously: a supervisor still running after this is an
 /// error, never a verdict on speed.
-const TEARDOWN_BOUND: Duration = Duration::from_secs(20);
+pub(crate) const TEARDOWN_BOUND: Duration = Duration::from_secs(20);
 const DECOY_ATTEMPTS: u32 = 500;
 /// The escape zoo a `spawn` starts (the supervisor's own descendants).
 const ZOO: &str = "plain,ignorer,setsid,ownpg";
@@ -113,6 +120,7 @@ pub fn run_trial(ctx: &mut Ctx, cell: Cell, rng: &mut Rng) -> Result<Outcome> {
         Cell::KillSupervisor | Cell::KillHost | Cell::Restart => {
             chaos_trial(ctx, &trial, cell, rng)
         }
+        Cell::ReleasedRestarted => crate::released::trial(ctx, &trial, rng),
         _ => reuse_trial(ctx, &trial, cell, rng),
     };
     // Whatever happened, nothing of this trial may outlive it.
@@ -127,7 +135,7 @@ pub fn run_trial(ctx: &mut Ctx, cell: Cell, rng: &mut Rng) -> Result<Outcome> {
 }
 
 /// Members of `trial`, proven by marker (pidfd first), by role.
-fn members(trial: &str) -> HashMap<String, Member> {
+pub(crate) fn members(trial: &str) -> HashMap<String, Member> {
     procs::trial_members(trial)
         .into_iter()
         .filter_map(|(pid, role)| Some((role, Member::prove(pid, trial)?)))
@@ -140,11 +148,11 @@ fn debug(line: &str) {
     }
 }
 
-fn accepted(reply: &Value) -> bool {
+pub(crate) fn accepted(reply: &Value) -> bool {
     reply["ok"] == json!(true)
 }
 
-fn register(host: &mut Host, pgid: i32) -> Result<()> {
+pub(crate) fn register(host: &mut Host, pgid: i32) -> Result<()> {
     let reply = host.request(json!({"op": "register", "pgid": pgid}))?;
     if !accepted(&reply) {
         bail!("register of the host's own live group refused: {reply}");
@@ -153,7 +161,7 @@ fn register(host: &mut Host, pgid: i32) -> Result<()> {
 }
 
 /// Ends the trial: the supervisor must be done, then decoys and survivors are counted.
-fn finish(host: &mut Host, decoys: Vec<Decoy>, counted: &[String]) -> Result<Outcome> {
+pub(crate) fn finish(host: &mut Host, decoys: Vec<Decoy>, counted: &[String]) -> Result<Outcome> {
     if !host.supervisor_done(TEARDOWN_BOUND) {
         bail!("the supervisor did not finish its teardown in {TEARDOWN_BOUND:?}");
     }
@@ -350,7 +358,9 @@ fn reuse_trial(ctx: &mut Ctx, trial: &str, cell: Cell, rng: &mut Rng) -> Result<
             host.kill9();
             d
         }
-        Cell::KillSupervisor | Cell::KillHost | Cell::Restart => unreachable!("chaos cells"),
+        Cell::KillSupervisor | Cell::KillHost | Cell::Restart | Cell::ReleasedRestarted => {
+            unreachable!("chaos cells")
+        }
     };
     let mut outcome = finish(&mut host, decoy.into_iter().collect(), &counted)?;
     outcome.interleaved &= in_time;

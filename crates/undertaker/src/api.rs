@@ -10,8 +10,6 @@ use std::time::Duration;
 
 #[cfg(target_os = "linux")]
 use crate::linux::commands::{doctor as doctor_linux, guardian, reconcile};
-#[cfg(target_os = "linux")]
-use crate::selector::TreeSelector;
 #[cfg(windows)]
 use crate::windows::commands::reconcile as win;
 
@@ -35,8 +33,19 @@ fn check_label(label: Option<&str>) -> Result<(), RunError> {
 /// exit with: CMD's own, or 128 + the signal that ended it.
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     check_label(opts.guard.label.as_deref())?;
+    if opts.replace && opts.guard.label.is_none() {
+        return Err(RunError::Usage(
+            "--replace needs --label: it replaces the tree of that label".into(),
+        ));
+    }
     #[cfg(target_os = "linux")]
     return guardian::run(opts);
+    #[cfg(windows)]
+    if opts.replace {
+        return Err(RunError::Setup(
+            "--replace is not available on Windows yet".into(),
+        ));
+    }
     #[cfg(windows)]
     return crate::windows::commands::guardian::run(opts);
     #[cfg(not(any(target_os = "linux", windows)))]
@@ -117,20 +126,44 @@ pub fn sweep(
     }
 }
 
-/// Tears down the tree `tree` names (its id or a unique prefix of at least four hex
-/// digits) now.
+/// Tears down the tree `tree` names (its id, a unique prefix of at least four hex
+/// digits, or the label of exactly one live tree) now.
 pub fn kill(state_dir: Option<&Path>, tree: &str, grace: Duration) -> Result<TreeSweep, Error> {
+    let mut done = kill_named(state_dir, tree, false, grace)?;
+    Ok(done.remove(0))
+}
+
+/// Tears down now the trees `name` names: the tree of an id or prefix, or the live
+/// trees of a label (more than one only with `all`; else a usage error naming them).
+pub fn kill_named(
+    state_dir: Option<&Path>,
+    name: &str,
+    all: bool,
+    grace: Duration,
+) -> Result<Vec<TreeSweep>, Error> {
     #[cfg(target_os = "linux")]
     {
         let ctx = reconcile::Context::open(state_dir)?;
-        let (id, rec) = reconcile::resolve_tree(&ctx, &TreeSelector::parse(tree)?)?;
-        Ok(reconcile::kill(&ctx, &id, rec.as_ref(), grace)?)
+        let trees = crate::history::trees_to_kill(&ctx.history(), name, all)?;
+        let mut done = Vec::new();
+        for (id, rec) in trees {
+            done.push(reconcile::kill(&ctx, &id, rec.as_ref(), grace)?);
+        }
+        Ok(done)
     }
     #[cfg(windows)]
-    return win::kill(&win::Context::open(state_dir)?, tree, grace);
+    {
+        let ctx = win::Context::open(state_dir)?;
+        let trees = crate::history::trees_to_kill(&ctx.history(), name, all)?;
+        let mut done = Vec::new();
+        for (id, _) in trees {
+            done.push(win::kill(&ctx, &id, grace)?);
+        }
+        Ok(done)
+    }
     #[cfg(not(any(target_os = "linux", windows)))]
     {
-        let _ = (state_dir, tree, grace);
+        let _ = (state_dir, name, all, grace);
         Err(Error::Unsupported)
     }
 }
@@ -146,8 +179,7 @@ pub fn log_page(
     #[cfg(target_os = "linux")]
     {
         let ctx = reconcile::Context::open(state_dir)?;
-        let selector = tree.map(TreeSelector::parse).transpose()?;
-        reconcile::log_page(&ctx, selector.as_ref(), before, limit)
+        reconcile::log_page(&ctx, tree, before, limit)
     }
     #[cfg(windows)]
     return win::log_page(&win::Context::open(state_dir)?, tree, before, limit);
@@ -164,8 +196,7 @@ pub fn log(state_dir: Option<&Path>, tree: Option<&str>) -> Result<Vec<AuditEntr
     #[cfg(target_os = "linux")]
     {
         let ctx = reconcile::Context::open(state_dir)?;
-        let selector = tree.map(TreeSelector::parse).transpose()?;
-        reconcile::log(&ctx, selector.as_ref())
+        reconcile::log(&ctx, tree)
     }
     #[cfg(windows)]
     return win::log(&win::Context::open(state_dir)?, tree);

@@ -7,13 +7,15 @@
 //! Plain threads and std only: a background thread reads replies and events, so
 //! [`GuardedChild::wait`] in one thread never blocks a request in another.
 
+use crate::identity::TreeId;
 use crate::protocol::wire::{
-    AdoptReply, HelloReply, KillReply, ListReply, ListedTree, RegisterReply, SpawnReply,
+    AdoptReply, Event, HeldTier, HelloReply, KillReply, ListReply, ListedTree, RegisterReply,
+    SpawnReply,
 };
-use crate::protocol::PROTOCOL_VERSION;
+use crate::protocol::{Envelope, Request, SpawnRequest, PROTOCOL_VERSION};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::File;
@@ -116,6 +118,8 @@ struct Inbox {
     waiting: HashMap<u64, mpsc::Sender<Value>>,
     /// `exited` statuses by tree id.
     exited: HashMap<String, i32>,
+    /// Trees whose teardown is over (`ended`).
+    ended: std::collections::HashSet<String>,
     closed: bool,
 }
 
@@ -163,7 +167,7 @@ impl Supervisor {
             hello: None,
         };
         // Dropped on failure: closing the socket ends the supervisor.
-        let hello = sup.request(json!({"op": "hello"}), &[])?;
+        let hello = sup.call(Request::Hello, &[])?;
         if hello["protocol"] != PROTOCOL_VERSION {
             return Err(io::Error::other(format!(
                 "undertaker supervise speaks protocol {}, this library {PROTOCOL_VERSION}",
@@ -182,9 +186,9 @@ impl Supervisor {
     /// The containment tier its trees get (`cgroup`, `subreaper`, or `job` on Windows).
     pub fn tier(&self) -> &str {
         match self.hello.as_ref().map(|h| h.tier) {
-            Some(crate::protocol::wire::HeldTier::Cgroup) => "cgroup",
-            Some(crate::protocol::wire::HeldTier::Subreaper) => "subreaper",
-            Some(crate::protocol::wire::HeldTier::Job) => "job",
+            Some(HeldTier::Cgroup) => "cgroup",
+            Some(HeldTier::Subreaper) => "subreaper",
+            Some(HeldTier::Job) => "job",
             None => "",
         }
     }
@@ -196,15 +200,26 @@ impl Supervisor {
 
     /// The trees it holds (`list`).
     pub fn list(&self) -> io::Result<Vec<ListedTree>> {
-        let reply: ListReply = typed(self.request(json!({"op": "list"}), &[])?)?;
+        let reply: ListReply = typed(self.call(Request::List, &[])?)?;
         Ok(reply.trees)
     }
 
-    /// Sends one request (an object; `id` is set here) with `fds` attached and waits
-    /// for its reply. A reply with `ok: false` becomes an error carrying its code and
+    /// Sends one request with `fds` attached and waits for its reply (its `id` is
+    /// set here). A reply with `ok: false` becomes an error carrying its code and
     /// message.
-    pub fn request(&self, request: Value, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
+    pub fn call(&self, request: Request, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
         send_request(&self.shared, request, fds)
+    }
+
+    /// [`Supervisor::call`] with a request written as JSON (an object whose `op` and
+    /// fields docs/supervise.schema.json describes), for what the typed methods do
+    /// not cover. It is parsed as the supervisor parses it first.
+    pub fn request(&self, request: Value, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
+        let line = serde_json::to_vec(&request)?;
+        let parsed = crate::protocol::parse_line(&line)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "an empty request"))?;
+        self.call(parsed.request, fds)
     }
 
     /// Starts `cmd` (program, arguments, environment changes, working directory) as a
@@ -236,17 +251,20 @@ impl Supervisor {
         for arg in cmd.get_args() {
             argv.push(text(arg)?);
         }
-        let mut env = serde_json::Map::new();
+        let mut env = Vec::new();
         for (k, v) in cmd.get_envs() {
             // A removed variable: the protocol has no removal; an empty value is closest.
             let v: OsString = v.map(OsString::from).unwrap_or_default();
-            env.insert(text(k)?, Value::String(text(&v)?));
+            env.push((text(k)?, text(&v)?));
         }
-        let mut request = json!({"op": "spawn", "argv": argv, "env": env});
-        if let Some(dir) = cmd.get_current_dir() {
-            request["cwd"] = json!(text(dir.as_os_str())?);
-        }
-        let reply: SpawnReply = typed(self.request(request, &stdio)?)?;
+        let cwd = cmd.get_current_dir().map(|d| text(d.as_os_str()));
+        let request = Request::Spawn(SpawnRequest {
+            argv,
+            env,
+            cwd: cwd.transpose()?,
+            ..Default::default()
+        });
+        let reply: SpawnReply = typed(self.call(request, &stdio)?)?;
         Ok(GuardedChild {
             pid: u32::try_from(reply.pid).unwrap_or(0),
             tree: reply.tree,
@@ -260,34 +278,36 @@ impl Supervisor {
     /// `adopt`: a child of this process (and its descendants) becomes a tree. Returns
     /// the tree id.
     pub fn adopt(&self, pid: u32) -> io::Result<String> {
-        let reply: AdoptReply = typed(self.request(json!({"op": "adopt", "pid": pid}), &[])?)?;
+        let pid = Some(number(pid)?);
+        let reply: AdoptReply = typed(self.call(Request::Adopt { pid }, &[])?)?;
         Ok(reply.tree)
     }
 
     /// `adopt` with a pidfd: the process it names (and its descendants) becomes a tree;
     /// the pidfd is the proof of identity. Returns the tree id.
     pub fn adopt_pidfd(&self, pidfd: BorrowedFd<'_>) -> io::Result<String> {
-        let reply: AdoptReply = typed(self.request(json!({"op": "adopt"}), &[pidfd])?)?;
+        let reply: AdoptReply = typed(self.call(Request::Adopt { pid: None }, &[pidfd])?)?;
         Ok(reply.tree)
     }
 
     /// `register`: a process group whose leader is a child of this process.
     pub fn register(&self, pgid: u32) -> io::Result<String> {
-        let reply: RegisterReply =
-            typed(self.request(json!({"op": "register", "pgid": pgid}), &[])?)?;
+        let pgid = number(pgid)?;
+        let reply: RegisterReply = typed(self.call(Request::Register { pgid }, &[])?)?;
         Ok(reply.tree)
     }
 
     /// Tears one tree down now; returns how many of its processes are still alive.
     pub fn kill_tree(&self, tree: &str) -> io::Result<u64> {
-        let reply: KillReply = typed(self.request(json!({"op": "kill", "tree": tree}), &[])?)?;
+        let tree = tree_id(tree)?;
+        let reply: KillReply = typed(self.call(Request::Kill { tree }, &[])?)?;
         Ok(reply.live)
     }
 
     /// Stops guarding one tree; nothing is signalled.
     pub fn release(&self, tree: &str) -> io::Result<()> {
-        self.request(json!({"op": "release", "tree": tree}), &[])
-            .map(drop)
+        let tree = tree_id(tree)?;
+        self.call(Request::Release { tree }, &[]).map(drop)
     }
 }
 
@@ -325,7 +345,8 @@ impl GuardedChild {
 
     /// Tears the whole tree down (SIGTERM, grace, SIGKILL) and returns once it is gone.
     pub fn kill(&mut self) -> io::Result<()> {
-        match send_request(&self.shared, json!({"op": "kill", "tree": self.tree}), &[]) {
+        let tree = tree_id(&self.tree)?;
+        match send_request(&self.shared, Request::Kill { tree }, &[]) {
             Ok(_) => Ok(()),
             // Already exited and torn down: nothing left to kill.
             Err(e) if e.to_string().starts_with("unknown_tree") => Ok(()),
@@ -333,13 +354,30 @@ impl GuardedChild {
         }
     }
 
-    /// Waits for the root to exit; its status as a shell reports it (128+N for
-    /// signal N). The rest of the tree is torn down by then.
+    /// Waits for the tree to be gone: its root exited and the rest of the tree was
+    /// torn down (`ended`). Returns the root's status as a shell reports it (128+N
+    /// for signal N).
     pub fn wait(&mut self) -> io::Result<i32> {
+        self.wait_until(|inbox, tree| {
+            inbox
+                .exited
+                .get(tree)
+                .copied()
+                .filter(|_| inbox.ended.contains(tree) || inbox.closed)
+        })
+    }
+
+    /// Waits for the root to exit, and returns its status at once (`exited`), while
+    /// the rest of the tree may still be in its teardown (see [`GuardedChild::wait`]).
+    pub fn wait_exit(&mut self) -> io::Result<i32> {
+        self.wait_until(|inbox, tree| inbox.exited.get(tree).copied())
+    }
+
+    fn wait_until(&self, done: impl Fn(&Inbox, &str) -> Option<i32>) -> io::Result<i32> {
         let mut inbox = lock(&self.shared.inbox)?;
         loop {
-            if let Some(status) = inbox.exited.get(&self.tree) {
-                return Ok(*status);
+            if let Some(status) = done(&inbox, &self.tree) {
+                return Ok(status);
             }
             if inbox.closed {
                 return Err(io::Error::new(
@@ -356,14 +394,27 @@ impl GuardedChild {
     }
 }
 
-/// One request and its reply (see [`Supervisor::request`]).
-fn send_request(shared: &Shared, mut request: Value, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
+/// A pid or pgid as the protocol carries it.
+fn number(n: u32) -> io::Result<i32> {
+    i32::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not a pid"))
+}
+
+fn tree_id(tree: &str) -> io::Result<TreeId> {
+    TreeId::parse(tree)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no tree {tree}")))
+}
+
+/// One request and its reply (see [`Supervisor::call`]).
+fn send_request(shared: &Shared, request: Request, fds: &[BorrowedFd<'_>]) -> io::Result<Value> {
     let id = {
         let mut next = lock(&shared.next_id)?;
         *next += 1;
         *next
     };
-    request["id"] = json!(id);
+    let envelope = Envelope {
+        id: Some(id.into()),
+        request,
+    };
     let (tx, rx) = mpsc::channel();
     {
         let mut inbox = lock(&shared.inbox)?;
@@ -375,7 +426,7 @@ fn send_request(shared: &Shared, mut request: Value, fds: &[BorrowedFd<'_>]) -> 
         }
         inbox.waiting.insert(id, tx);
     }
-    let mut line = request.to_string();
+    let mut line = serde_json::to_string(&envelope)?;
     line.push('\n');
     let writer = lock(&shared.writer)?;
     send_line(&writer, line.as_bytes(), fds)?;
@@ -449,9 +500,16 @@ fn read_loop(socket: File, shared: &Shared) {
         let Ok(mut inbox) = shared.inbox.lock() else {
             return;
         };
-        if value["event"] == "exited" {
-            if let (Some(tree), Some(status)) = (value["tree"].as_str(), value["status"].as_i64()) {
-                inbox.exited.insert(tree.to_owned(), status as i32);
+        if value.get("event").is_some() {
+            // Events this library does not know (a newer supervisor's) are skipped.
+            match serde_json::from_value::<Event>(value) {
+                Ok(Event::Exited { tree, status, .. }) => {
+                    inbox.exited.insert(tree, status);
+                }
+                Ok(Event::Ended { tree, .. }) => {
+                    inbox.ended.insert(tree);
+                }
+                Err(_) => {}
             }
         } else if let Some(id) = value["id"].as_u64() {
             if let Some(tx) = inbox.waiting.remove(&id) {

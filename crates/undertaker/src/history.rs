@@ -4,7 +4,7 @@
 
 use crate::identity::TreeId;
 use crate::registry::record_file::{self, ReadRecord};
-use crate::registry::{AuditEntry, Registry, StateDir, TreeRecord};
+use crate::registry::{AuditEntry, Registry, StateDir, StoredState, TreeRecord};
 use crate::selector::{SelectError, TreeSelector};
 use crate::Error;
 use std::collections::{BTreeMap, BTreeSet};
@@ -122,4 +122,101 @@ pub fn log(ctx: &History<'_>, tree: Option<&TreeSelector>) -> Result<Vec<AuditEn
         .into_iter()
         .filter(|e| e.tree.as_deref() == Some(id.as_str()))
         .collect())
+}
+
+/// What a name on the command line names.
+pub enum Named {
+    /// The tree whose id it is or begins (see [`resolve_tree`]).
+    Tree(String, Option<Box<TreeRecord>>),
+    /// Every tree with that label, oldest first (at least one).
+    Labelled(Vec<TreeRecord>),
+}
+
+/// The trees `name` names: the one tree whose id it is or begins, else every tree
+/// with that label. A name that is a valid id prefix but matches no id is tried as a
+/// label too.
+pub fn trees_named(ctx: &History<'_>, name: &str) -> Result<Named, Error> {
+    if let Ok(selector) = TreeSelector::parse(name) {
+        match resolve_tree(ctx, &selector) {
+            Err(Error::Select(SelectError::Unknown(_))) => {}
+            one => return one.map(|(id, rec)| Named::Tree(id, rec.map(Box::new))),
+        }
+    }
+    let mut labelled: BTreeMap<String, TreeRecord> = BTreeMap::new();
+    let recorded = ctx.registry.trees(true)?.into_iter();
+    for tree in recorded.chain(ctx.live.iter().map(|l| l.tree.clone())) {
+        if tree.label.as_deref() == Some(name) {
+            // A live record file is newer than the database's row.
+            labelled.insert(tree.id.clone(), tree);
+        }
+    }
+    if labelled.is_empty() {
+        return Err(SelectError::NoTree(name.into()).into());
+    }
+    let mut trees: Vec<TreeRecord> = labelled.into_values().collect();
+    trees.sort_by(|a, b| (a.created_ms, &a.id).cmp(&(b.created_ms, &b.id)));
+    Ok(Named::Labelled(trees))
+}
+
+/// The trees `kill NAME` ends: the tree an id names, or the live trees (not
+/// finished, not released) a label names, more than one only with `all`.
+pub fn trees_to_kill(
+    ctx: &History<'_>,
+    name: &str,
+    all: bool,
+) -> Result<Vec<(String, Option<TreeRecord>)>, Error> {
+    let mut trees = match trees_named(ctx, name)? {
+        Named::Tree(id, rec) => return Ok(vec![(id, rec.map(|r| *r))]),
+        Named::Labelled(trees) => trees,
+    };
+    trees.retain(|t| !matches!(t.state, StoredState::Finished | StoredState::Released));
+    match trees.len() {
+        0 => return Err(SelectError::NoLiveLabelled(name.into()).into()),
+        1 => {}
+        _ if all => {}
+        _ => {
+            let ids: Vec<&str> = trees.iter().map(|t| t.id.as_str()).collect();
+            return Err(SelectError::SeveralLabelled(name.into(), ids.join(", ")).into());
+        }
+    }
+    Ok(trees.into_iter().map(|t| (t.id.clone(), Some(t))).collect())
+}
+
+/// `log [--tree NAME]` (one page when `page` is `(before, limit)`): a tree id or
+/// prefix gives that tree's entries; a label gives those of every tree with it.
+pub fn log_named(
+    ctx: &History<'_>,
+    name: Option<&str>,
+    page: Option<(Option<i64>, usize)>,
+) -> Result<Vec<AuditEntry>, Error> {
+    let read = |selector: Option<&TreeSelector>| match page {
+        Some((before, limit)) => log_page(ctx, selector, before, limit),
+        None => log(ctx, selector),
+    };
+    let Some(name) = name else {
+        return read(None);
+    };
+    if let Ok(selector) = TreeSelector::parse(name) {
+        match read(Some(&selector)) {
+            Err(Error::Select(SelectError::Unknown(_))) => {}
+            done => return done,
+        }
+    }
+    let ids: Vec<String> = match trees_named(ctx, name)? {
+        Named::Tree(id, _) => vec![id],
+        Named::Labelled(trees) => trees.into_iter().map(|t| t.id).collect(),
+    };
+    let mut entries = Vec::new();
+    for id in &ids {
+        entries.extend(read(Some(&TreeSelector::parse(id)?))?);
+    }
+    if ids.len() > 1 {
+        // Database entries in their order, then live trees' (id 0) by time.
+        entries.sort_by_key(|e| (e.id == 0, e.id, e.time_ms));
+        if let Some((_, limit)) = page {
+            let extra = entries.len().saturating_sub(limit);
+            entries.drain(..extra);
+        }
+    }
+    Ok(entries)
 }

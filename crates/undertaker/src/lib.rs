@@ -17,9 +17,11 @@
 //!         label: Some("tests".into()),
 //!         grace: Duration::from_secs(2),
 //!         owner: OwnerSpec::Parent,
+//!         stdio_owner: true,
 //!         tier: Tier::Auto,
 //!         state_dir: None,
 //!     },
+//!     replace: false,
 //! };
 //! std::process::exit(undertaker::run(&opts)?);
 //! # Ok::<(), undertaker::RunError>(())
@@ -80,7 +82,7 @@ pub(crate) mod windows;
 #[cfg(all(target_os = "linux", feature = "process-wrap"))]
 pub mod wrap;
 
-pub use api::{doctor, kill, log, log_page, ps, run, supervise, sweep, MAX_LABEL};
+pub use api::{doctor, kill, kill_named, log, log_page, ps, run, supervise, sweep, MAX_LABEL};
 #[cfg(target_os = "linux")]
 pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
 #[cfg(target_os = "linux")]

@@ -54,6 +54,11 @@ pub struct GuardOptions {
     /// Time between SIGTERM and SIGKILL in a teardown.
     pub grace: Duration,
     pub owner: OwnerSpec,
+    /// `run`: when stdin and stdout are pipes or sockets, their far ends gone (the
+    /// host that held them) count as the owner's death too (`--no-stdio-owner` turns
+    /// it off; docs/GUARANTEES.md, "The stdio peer"). `supervise`'s channel ending
+    /// is its stricter form already.
+    pub stdio_owner: bool,
     /// `supervise` refuses `pidns` (one namespace init per tree is what `run` is for).
     pub tier: Tier,
     /// Registry location; `None` = `$UNDERTAKER_STATE_DIR`, XDG state, `~/.local/state`.
@@ -66,6 +71,7 @@ impl Default for GuardOptions {
             label: None,
             grace: Duration::from_secs(2),
             owner: OwnerSpec::Parent,
+            stdio_owner: true,
             tier: Tier::Auto,
             state_dir: None,
         }
@@ -77,6 +83,9 @@ impl Default for GuardOptions {
 pub struct RunOptions {
     pub command: Vec<OsString>,
     pub guard: GuardOptions,
+    /// `--replace`: before CMD starts, end the live trees with the same label that
+    /// the same host started (needs a label).
+    pub replace: bool,
 }
 
 /// `undertaker supervise`: how its trees are guarded, and the host's own group.

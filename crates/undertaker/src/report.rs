@@ -3,7 +3,9 @@
 //! cases is an enum whose serialized name is the documented string.
 
 use crate::names::names;
-use crate::registry::{OwnerKind, RecordedTier, RegistryError, StoredState, TreeRecord};
+use crate::registry::{
+    HostEvidence, OwnerKind, RecordedTier, RegistryError, StoredState, TreeRecord,
+};
 use crate::Tier;
 use serde::Serialize;
 
@@ -70,6 +72,22 @@ pub struct PsRow {
     /// False for a tree known only from its lock file and marked processes (its
     /// record was lost, e.g. with a corrupt database).
     pub recorded: bool,
+    /// For a tree a live supervisor holds: whether `undertaker kill` can ask it (its
+    /// control socket is there). `None` for any other tree.
+    pub supervisor_reachable: Option<bool>,
+    /// The undertaker process the host's launch made (`$!` when the host started
+    /// undertaker itself); the guardian is its child. The fields below are null for
+    /// trees recorded before undertaker recorded them.
+    pub pid: Option<i32>,
+    /// The host: the process that started the tree, behind any launcher.
+    pub host_pid: Option<i32>,
+    pub host_starttime: Option<u64>,
+    pub host_name: Option<String>,
+    pub host_found_by: Option<HostEvidence>,
+    /// The host's own child on the way to undertaker (undertaker, or a launcher).
+    pub host_child_pid: Option<i32>,
+    /// CMD and its arguments.
+    pub command: Option<Vec<String>>,
 }
 
 impl PsRow {
@@ -97,7 +115,60 @@ impl PsRow {
             age_ms: Some(now_ms - r.created_ms),
             exit_status: r.exit_status,
             recorded: true,
+            ..PsRow::unrecorded(r.id.clone(), state, guardian_alive, live_processes)
         }
+        .with_start(r)
+    }
+
+    /// The row of a tree known only from its lock file and marked processes.
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    pub(crate) fn unrecorded(
+        id: String,
+        state: TreeState,
+        guardian_alive: bool,
+        live_processes: usize,
+    ) -> Self {
+        PsRow {
+            id,
+            label: None,
+            tier: None,
+            state,
+            guardian_pid: None,
+            guardian_alive,
+            owner_kind: None,
+            owner_pid: None,
+            root_pid: None,
+            live_processes,
+            created_ms: None,
+            age_ms: None,
+            exit_status: None,
+            recorded: false,
+            pid: None,
+            host_pid: None,
+            host_starttime: None,
+            host_name: None,
+            host_found_by: None,
+            supervisor_reachable: None,
+            host_child_pid: None,
+            command: None,
+        }
+    }
+
+    #[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+    fn with_start(mut self, r: &TreeRecord) -> Self {
+        let Some(start) = &r.start else {
+            return self;
+        };
+        self.pid = start.pid;
+        self.host_child_pid = start.host_child_pid;
+        self.command = Some(start.command.clone());
+        if let Some(host) = &start.host {
+            self.host_pid = Some(host.pid);
+            self.host_starttime = Some(host.starttime);
+            self.host_name = Some(host.name.clone());
+            self.host_found_by = Some(host.found_by);
+        }
+        self
     }
 }
 
@@ -115,6 +186,9 @@ pub enum SweepAction {
     GuardianTerminated,
     /// `kill` of a live guardian that did not finish in time.
     GuardianUnresponsive,
+    /// `kill` of a tree whose live supervisor cannot be asked (no control socket
+    /// here): nothing was signalled.
+    SupervisorUnreachable,
     /// `kill`: the tree was already finished.
     Finished,
 }
@@ -126,6 +200,7 @@ names!(SweepAction {
     Refused => "refused",
     GuardianTerminated => "guardian_terminated",
     GuardianUnresponsive => "guardian_unresponsive",
+    SupervisorUnreachable => "supervisor_unreachable",
     Finished => "finished",
 });
 
@@ -156,6 +231,9 @@ names!(TargetOutcome {
     WouldSignal => "would_signal",
 });
 
+/// `kill`'s exit status when the tree's supervisor cannot be asked.
+pub const SUPERVISOR_UNREACHABLE_EXIT: i32 = 3;
+
 /// What `sweep` or `kill` did to one tree.
 #[derive(Debug, Clone, Serialize)]
 pub struct TreeSweep {
@@ -170,8 +248,12 @@ pub struct TreeSweep {
 
 impl TreeSweep {
     /// `kill`'s exit status: 0 when the tree is gone, 1 when something is left or the
-    /// tree could not be touched.
+    /// tree could not be touched, 3 when its supervisor cannot be asked (nothing was
+    /// signalled: the tree lives on, held by its supervisor).
     pub fn exit_code(&self) -> i32 {
+        if self.action == SweepAction::SupervisorUnreachable {
+            return SUPERVISOR_UNREACHABLE_EXIT;
+        }
         let failed = matches!(
             self.action,
             SweepAction::Refused | SweepAction::GuardianUnresponsive
@@ -309,6 +391,7 @@ mod tests {
             SweepAction::Refused,
             SweepAction::GuardianTerminated,
             SweepAction::GuardianUnresponsive,
+            SweepAction::SupervisorUnreachable,
             SweepAction::Finished,
         ] {
             assert_eq!(serde_json::to_value(a).unwrap(), a.as_str());
@@ -383,5 +466,7 @@ mod tests {
         assert_eq!(t(SweepAction::Refused, 0).exit_code(), 1);
         assert_eq!(t(SweepAction::GuardianUnresponsive, 0).exit_code(), 1);
         assert_eq!(t(SweepAction::GuardianTerminated, 0).exit_code(), 0);
+        assert_eq!(t(SweepAction::SupervisorUnreachable, 0).exit_code(), 3);
+        assert_eq!(t(SweepAction::SupervisorUnreachable, 2).exit_code(), 3);
     }
 }

@@ -1,5 +1,6 @@
 //! Naming a tree on the command line: its id or a unique prefix of at least four hex
-//! digits. One rule for `kill` and `log --tree`.
+//! digits, else its label ([`crate::history::trees_named`]). One rule for `kill` and
+//! `log --tree`.
 
 use crate::identity::TreeId;
 
@@ -12,6 +13,14 @@ pub enum SelectError {
     Unknown(String),
     #[error("{0} matches several trees: {1}")]
     Ambiguous(String, String),
+    #[error("no tree has the id, id prefix or label {0:?}")]
+    NoTree(String),
+    #[error(
+        "label {0:?} names several live trees ({1}): give one tree id, or --all to end them all"
+    )]
+    SeveralLabelled(String, String),
+    #[error("no live tree has the label {0:?}")]
+    NoLiveLabelled(String),
 }
 
 /// A tree id or a prefix of one, checked.

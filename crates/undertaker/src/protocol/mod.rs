@@ -2,9 +2,11 @@
 //!
 //! Nothing here touches a process: [`framing`] cuts a byte stream into bounded lines,
 //! [`parse_line`] turns one line into a typed [`Request`] or a typed [`ProtocolError`],
-//! and [`reply`] writes the JSON lines that go back. The supervisor decides what a
-//! request does; this module only decides what it says.
+//! and [`reply`] writes the JSON lines that go back; a client serializes a
+//! [`Request`] (or an [`Envelope`], with its `id`) to write one. The supervisor
+//! decides what a request does; this module only decides what it says.
 
+mod encode;
 pub mod framing;
 mod parse;
 pub mod reply;

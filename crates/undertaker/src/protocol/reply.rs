@@ -1,23 +1,30 @@
 //! The JSON lines the supervisor writes: replies and events (docs/SUPERVISE.md), in
 //! the shapes of [`super::wire`].
 
-use super::wire::{ErrorDetail, ErrorReply, Event};
-use super::{Op, ProtocolError};
+use super::wire::{ErrorDetail, ErrorReply, Event, OkReply};
+use super::ProtocolError;
 use crate::identity::TreeId;
-use serde_json::{Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 
-/// The fields a successful reply adds to `ok`, `op` and `id`.
-pub type Fields = Map<String, Value>;
+/// A successful reply as it goes out: `ok`, its verb's `op` and fields, and the
+/// request's `id`.
+#[derive(Serialize)]
+struct OkLine<'a> {
+    ok: bool,
+    #[serde(flatten)]
+    reply: &'a OkReply,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a Value>,
+}
 
-/// `{"ok":true,"op":..,"id":..,<fields>}` with its `\n`.
-pub fn ok(op: Op, id: Option<&Value>, fields: Fields) -> String {
-    let mut object = fields;
-    object.insert("ok".into(), Value::Bool(true));
-    object.insert("op".into(), op.as_str().into());
-    if let Some(id) = id {
-        object.insert("id".into(), id.clone());
-    }
-    line(&Value::Object(object))
+/// `{"ok":true,"op":..,"id":..,<the verb's fields>}` with its `\n`.
+pub fn ok(id: Option<&Value>, reply: &OkReply) -> String {
+    line(&OkLine {
+        ok: true,
+        reply,
+        id,
+    })
 }
 
 /// `{"ok":false,"op":..,"id":..,"error":{"code":..,"message":..,"reason":..}}` with its `\n`.
@@ -41,6 +48,14 @@ pub fn exited(tree: &TreeId, pid: i32, status: i32) -> String {
         tree: tree.as_str().to_owned(),
         pid,
         status,
+    })
+}
+
+/// `{"event":"ended","tree":..,"live":..}`: a spawned tree's teardown is over.
+pub fn ended(tree: &TreeId, live: usize) -> String {
+    line(&Event::Ended {
+        tree: tree.as_str().to_owned(),
+        live: live as u64,
     })
 }
 

@@ -295,12 +295,31 @@ fn oversized_lines_are_refused_by_the_parser_too() {
 
 #[test]
 fn replies_are_one_json_line_with_ok_op_id() {
-    let mut fields = reply::Fields::new();
-    fields.insert("pid".into(), 5.into());
-    let text = reply::ok(Op::Spawn, Some(&json!("a")), fields);
+    let spawned = wire::OkReply::Spawn(wire::SpawnReply {
+        tree: TREE.into(),
+        pid: 5,
+    });
+    let text = reply::ok(Some(&json!("a")), &spawned);
     assert!(text.ends_with('\n') && !text[..text.len() - 1].contains('\n'));
     let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v, json!({"ok": true, "op": "spawn", "id": "a", "pid": 5}));
+    assert_eq!(
+        v,
+        json!({"ok": true, "op": "spawn", "id": "a", "tree": TREE, "pid": 5})
+    );
+    // No `id` without one; an adopt by pid names no pgid.
+    let adopted = wire::OkReply::Adopt(wire::AdoptReply {
+        pid: Some(7),
+        pgid: None,
+        tree: TREE.into(),
+        members: 2,
+    });
+    let v: Value = serde_json::from_str(&reply::ok(None, &adopted)).unwrap();
+    assert_eq!(
+        v,
+        json!({"ok": true, "op": "adopt", "tree": TREE, "pid": 7, "members": 2})
+    );
+    // Read back as the schema's reply type (what the Rust client does).
+    assert_eq!(serde_json::from_value::<wire::OkReply>(v).unwrap(), adopted);
 
     let err = parse("register 0").unwrap_err();
     let v: Value = serde_json::from_str(&reply::error(&err)).unwrap();
@@ -393,5 +412,55 @@ fn wire_names_are_the_names_the_replies_use() {
     ];
     for reason in reasons {
         assert_eq!(name(serde_json::to_value(reason).unwrap()), reason.as_str());
+    }
+}
+
+#[test]
+fn requests_round_trip_through_the_parser() {
+    let tree = || crate::identity::TreeId::parse(TREE).unwrap();
+    let requests = [
+        Request::Register { pgid: 42 },
+        Request::Unregister { pgid: 42 },
+        Request::Hello,
+        Request::List,
+        Request::Adopt { pid: Some(9) },
+        Request::Adopt { pid: None },
+        Request::AdoptGroup {
+            pgid: 42,
+            snapshot: vec![crate::snapshot::SnapshotEntry {
+                pid: 43,
+                start_time: 1234,
+            }],
+        },
+        Request::Kill { tree: tree() },
+        Request::Release { tree: tree() },
+        Request::Spawn(SpawnRequest {
+            argv: vec!["sh".into(), "-c".into(), "echo \"$A\"".into()],
+            ..Default::default()
+        }),
+        Request::Spawn(SpawnRequest {
+            argv: vec!["true".into()],
+            env: vec![("A".into(), "1".into()), ("B".into(), String::new())],
+            env_clear: true,
+            cwd: Some("/tmp".into()),
+            label: Some("mcp".into()),
+        }),
+    ];
+    for (n, request) in requests.into_iter().enumerate() {
+        let id = (n % 2 == 0).then(|| json!(n));
+        let envelope = Envelope {
+            id: id.clone(),
+            request: request.clone(),
+        };
+        let line = serde_json::to_string(&envelope).unwrap();
+        let back = parse(&line).unwrap().unwrap();
+        assert_eq!(back, envelope, "{line}");
+        assert_eq!(
+            parse(&serde_json::to_string(&request).unwrap())
+                .unwrap()
+                .unwrap()
+                .request,
+            request
+        );
     }
 }

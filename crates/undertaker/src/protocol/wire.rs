@@ -76,7 +76,7 @@ pub enum HeldTier {
 #[cfg_attr(feature = "schema", schemars(deny_unknown_fields))]
 pub struct OwnerPid {
     /// The owner's pid; `null` with `--owner-fd`.
-    #[cfg_attr(feature = "schema", schemars(required))]
+    #[cfg_attr(feature = "schema", schemars(required, extend("type" = ["integer", "null"])))]
     pub pid: Option<i32>,
 }
 
@@ -159,12 +159,14 @@ pub struct ListReply {
 pub struct ListedTree {
     pub tree: String,
     pub kind: TreeKind,
-    /// The root (spawn, adopt) or the registered group's leader.
-    pub pid: i32,
+    /// The root (spawn, adopt) or the registered group's leader; `null` when none is
+    /// known (a tree taken over from a dead supervisor by its cgroup alone).
+    #[cfg_attr(feature = "schema", schemars(required, extend("type" = ["integer", "null"])))]
+    pub pid: Option<i32>,
     /// `null` once the root is gone.
-    #[cfg_attr(feature = "schema", schemars(required))]
+    #[cfg_attr(feature = "schema", schemars(required, extend("type" = ["integer", "null"])))]
     pub pgid: Option<i32>,
-    #[cfg_attr(feature = "schema", schemars(required))]
+    #[cfg_attr(feature = "schema", schemars(required, extend("type" = ["string", "null"])))]
     pub label: Option<String>,
     /// Its processes alive now.
     pub live: u64,
@@ -216,11 +218,20 @@ pub struct ErrorDetail {
 #[cfg_attr(feature = "schema", derive(JsonSchema))]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// A spawned tree's root exited; the rest of its tree is torn down.
+    /// A spawned tree's root exited: sent as soon as the supervisor collects its
+    /// status, before the rest of its tree is torn down (`ended` follows).
     Exited {
         tree: String,
         pid: i32,
         /// As a shell reports it: the exit code, or 128 + the signal.
         status: i32,
+    },
+    /// A spawned tree is gone: its teardown is over (after its `exited`, whatever
+    /// ended it: its root's exit, `kill`, or the supervisor's end) and it has left
+    /// `list`.
+    Ended {
+        tree: String,
+        /// Its processes still alive (0 unless some could not be killed).
+        live: u64,
     },
 }

@@ -54,6 +54,12 @@ impl StoredState {
         }
     }
 
+    /// Finished or released: the record is closed, its guardian is done with it, and
+    /// nothing (a successor, `sweep`, self-healing, `kill`) may take it up again.
+    pub fn is_closed(self) -> bool {
+        matches!(self, StoredState::Finished | StoredState::Released)
+    }
+
     fn parse(s: &str) -> Self {
         match s {
             "running" => StoredState::Running,
@@ -70,6 +76,12 @@ pub struct GuardianRecord {
     pub starttime: u64,
     pub pgid: i32,
     pub pidfs_inode: Option<u64>,
+    /// The guardian is a supervisor holding many trees: `kill` asks it over its
+    /// control socket and never signals it (docs/SUPERVISE.md). Absent in records
+    /// written before it existed, and in the database (whose rows are for trees whose
+    /// guardian is gone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub supervisor: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +181,53 @@ pub struct OwnerRecord {
     pub starttime: Option<u64>,
 }
 
+/// How the host of a tree was found (docs/GUARANTEES.md, "Which host a tree belongs
+/// to").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostEvidence {
+    /// The nearest ancestor holding the far end of undertaker's stdin or stdout (the
+    /// write end of its stdin pipe, the read end of its stdout pipe, or the process
+    /// that made its stdio socket pair): launchers between them only inherit the ends
+    /// undertaker has.
+    Stdio,
+    /// undertaker's parent: stdio are no pipe or socket, or no ancestor holds their
+    /// far end (a shell pipeline's other side is a sibling).
+    Parent,
+}
+
+crate::names::names!(HostEvidence {
+    Stdio => "stdio",
+    Parent => "parent",
+});
+
+/// The process a person knows as the one that started a tree (an agent host, a
+/// shell), proven at start as an ancestor with this start time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRecord {
+    pub pid: i32,
+    pub starttime: u64,
+    /// Its `comm` when undertaker started.
+    pub name: String,
+    pub found_by: HostEvidence,
+}
+
+/// Who started a tree and with what: `ps`'s PID, HOST and COMMAND, and the scope of
+/// `run --replace`. Absent from records written before it existed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StartRecord {
+    /// The undertaker process the host's launch made (what `$!` names when the host
+    /// starts undertaker itself); the guardian is its child.
+    pub pid: Option<i32>,
+    /// The host's own child on the way to undertaker: undertaker itself, or the first
+    /// launcher (`npx`, `uvx`, `sh -c`).
+    pub host_child_pid: Option<i32>,
+    pub host: Option<HostRecord>,
+    /// CMD and its arguments (non-UTF-8 bytes replaced).
+    pub command: Vec<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TreeRecord {
     pub id: String,
@@ -185,6 +244,9 @@ pub struct TreeRecord {
     pub updated_ms: i64,
     pub finished_ms: Option<i64>,
     pub exit_status: Option<i32>,
+    /// Who started the tree (`None` in records older than the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<StartRecord>,
 }
 
 impl TreeRecord {
@@ -214,6 +276,7 @@ impl TreeRecord {
             updated_ms: now,
             finished_ms: None,
             exit_status: None,
+            start: None,
         }
     }
 }
@@ -334,11 +397,13 @@ impl Registry {
         )
     }
 
+    /// Marks a tree finished; a released tree stays released (its processes are the
+    /// host's, marked or not: a finished tree's marked processes are a sweep's).
     pub fn set_finished(&self, id: &str, exit_status: Option<i32>) -> Result<(), RegistryError> {
         let now = now_ms();
         self.update(
             "UPDATE trees SET state = 'finished', updated_ms = ?2, finished_ms = ?2,
-                exit_status = COALESCE(?3, exit_status) WHERE id = ?1",
+                exit_status = COALESCE(?3, exit_status) WHERE id = ?1 AND state != 'released'",
             params![id, now, exit_status],
         )
     }

@@ -110,6 +110,10 @@ INSERT INTO trees_v3 SELECT * FROM trees;
 DROP TABLE trees;
 ALTER TABLE trees_v3 RENAME TO trees;
 "#,
+    // Who started the tree (`StartRecord`), as JSON: only ever read back whole.
+    r#"
+ALTER TABLE trees ADD COLUMN start TEXT;
+"#,
 ];
 
 fn is_corrupt(e: &rusqlite::Error) -> bool {

@@ -11,7 +11,7 @@
 //! abandoned ones into the database (see [`super::Registry::fold`]).
 
 use super::lock::FileLock;
-use super::{now_ms, AuditEntry, RootRecord, StateDir, StoredState, TreeRecord};
+use super::{now_ms, AuditEntry, RootRecord, StartRecord, StateDir, StoredState, TreeRecord};
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 pub enum Line {
     /// The first line: the tree as recorded before anything was started.
     Tree(TreeRecord),
+    /// Who started the tree and with what, written right after the first line
+    /// (before CMD starts); older readers skip it.
+    Start(StartRecord),
     /// Where the cgroup tier put the tree.
     Cgroup { path: String, id: u64 },
     /// CMD's identity, read right after it was spawned.
@@ -154,6 +157,7 @@ pub fn parse(bytes: &[u8]) -> Option<ReadRecord> {
         let t = &mut read.tree;
         match line {
             Line::Tree(_) => {}
+            Line::Start(start) => t.start = Some(start),
             Line::Cgroup { path, id } => {
                 t.cgroup_path = Some(path);
                 t.cgroup_id = Some(id);
@@ -267,6 +271,7 @@ mod tests {
                 starttime: 6,
                 pgid: 5,
                 pidfs_inode: None,
+                supervisor: false,
             },
             root: None,
             owner: OwnerRecord {
@@ -280,6 +285,7 @@ mod tests {
             updated_ms: 10,
             finished_ms: None,
             exit_status: None,
+            start: None,
         }
     }
 

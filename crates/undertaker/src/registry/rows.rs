@@ -34,9 +34,9 @@ pub(super) fn insert_tree_row(
             guardian_starttime, guardian_pgid, guardian_pidfs_inode, root_pid,
             root_starttime, root_pgid, root_sid, root_uid, owner_kind, owner_pid,
             owner_starttime, cgroup_path, cgroup_id, created_ms, updated_ms,
-            finished_ms, exit_status)
+            finished_ms, exit_status, start)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-            ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)"
+            ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)"
     ))?
     .execute(params![
         t.id,
@@ -62,6 +62,7 @@ pub(super) fn insert_tree_row(
         t.updated_ms,
         t.finished_ms,
         t.exit_status,
+        t.start.as_ref().and_then(|s| serde_json::to_string(s).ok()),
     ])
 }
 
@@ -118,6 +119,7 @@ pub(super) fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord>
             pidfs_inode: r
                 .get::<_, Option<i64>>("guardian_pidfs_inode")?
                 .map(|v| v as u64),
+            supervisor: false,
         },
         root,
         owner: OwnerRecord {
@@ -133,5 +135,9 @@ pub(super) fn row_to_tree(r: &rusqlite::Row<'_>) -> rusqlite::Result<TreeRecord>
         updated_ms: r.get("updated_ms")?,
         finished_ms: r.get("finished_ms")?,
         exit_status: r.get("exit_status")?,
+        // Unreadable JSON is an unknown start, never a failed row.
+        start: r
+            .get::<_, Option<String>>("start")?
+            .and_then(|s| serde_json::from_str(&s).ok()),
     })
 }

@@ -89,20 +89,7 @@ impl StateDir {
         // Every directory of the state dir gets the state dir's checks: records in a
         // `trees/` another user can write (a symlink to /tmp, mode 777) would decide
         // what we signal.
-        let trees = dir.trees_dir();
-        if let Err(e) = create_private(&trees) {
-            // Something is in its place: the checks say what.
-            if std::fs::symlink_metadata(&trees).is_err() {
-                return Err(RegistryError::Io {
-                    path: trees,
-                    msg: e.to_string(),
-                });
-            }
-        }
-        check_private(&trees, uid).map_err(|why| RegistryError::UnsafeStateDir {
-            path: trees.clone(),
-            why,
-        })?;
+        private_subdir(dir.trees_dir(), uid)?;
         Ok(dir)
     }
 
@@ -123,6 +110,31 @@ impl StateDir {
     pub fn trees_dir(&self) -> PathBuf {
         self.path.join("trees")
     }
+
+    /// Holds the control socket of each live supervisor (docs/SUPERVISE.md), created
+    /// when missing with the state dir's checks: no other uid may put a socket there.
+    pub fn control_dir(&self, uid: u32) -> Result<PathBuf, RegistryError> {
+        let control = self.path.join("control");
+        private_subdir(control.clone(), uid)?;
+        Ok(control)
+    }
+}
+
+/// Creates `sub` (0700) when missing, then gives it the state dir's checks.
+fn private_subdir(sub: PathBuf, uid: u32) -> Result<(), RegistryError> {
+    if let Err(e) = create_private(&sub) {
+        // Something is in its place: the checks say what.
+        if std::fs::symlink_metadata(&sub).is_err() {
+            return Err(RegistryError::Io {
+                path: sub,
+                msg: e.to_string(),
+            });
+        }
+    }
+    check_private(&sub, uid).map_err(|why| RegistryError::UnsafeStateDir {
+        path: sub.clone(),
+        why,
+    })
 }
 
 /// Refuses a symlink, a non-directory, a directory not owned by `uid`, or one others

@@ -32,6 +32,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
             starttime: 20,
             pgid: 10,
             pidfs_inode: Some(u64::MAX - 3),
+            supervisor: false,
         },
         root: None,
         owner: OwnerRecord {
@@ -45,6 +46,7 @@ fn sample(id: &str, boot: &str) -> TreeRecord {
         updated_ms: 1,
         finished_ms: None,
         exit_status: None,
+        start: None,
     }
 }
 

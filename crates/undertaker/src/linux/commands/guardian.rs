@@ -9,11 +9,13 @@
 use crate::identity::TreeId;
 use crate::linux::commands::heal;
 use crate::linux::commands::host::HostProcess;
+use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::sentinel::{self, Split};
 use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
+use crate::linux::commands::{replace, started_by};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::dispositions;
-use crate::linux::contain::owner::Owner;
+use crate::linux::contain::owner::{Owner, StdioPeer};
 use crate::linux::contain::spawn::{cmd_gets_own_session, raise_fd_limit, CommandSpec, Launch};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys::{self, BlockedSignals};
@@ -45,6 +47,7 @@ fn watch(
     host: &mut HostProcess,
     tree: &mut Tree,
     owner: &mut Owner,
+    stdio: &mut Option<StdioPeer>,
     signaller: &Signaller,
     heal: Option<&std::path::Path>,
 ) -> Cause {
@@ -56,6 +59,7 @@ fn watch(
         };
         let mut fds = vec![(root.fd(), PollFlags::IN)];
         fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
+        fds.extend(stdio.iter().flat_map(StdioPeer::fds));
         let wake = settle_at.into_iter().chain(heal_at).min();
         let Some(got) = host.next_event(&fds, wake) else {
             return Cause::Terminated;
@@ -85,6 +89,9 @@ fn watch(
         if owner.gone() {
             return Cause::OwnerDied;
         }
+        if stdio.as_mut().is_some_and(StdioPeer::gone) {
+            return Cause::StdioPeerGone;
+        }
     }
 }
 
@@ -104,12 +111,16 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         dispositions::take_all().map_err(|e| RunError::Setup(format!("signalfd: {e}")))?;
     let guard = &opts.guard;
     let mut owner = Owner::resolve(&guard.owner)?;
+    let mut stdio = guard.stdio_owner.then(StdioPeer::detect).flatten();
     let mut signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| RunError::Setup(format!("reading /proc/self: {e}")))?;
     if let Some(pid) = owner.pid() {
         signaller.protect_owner(pid);
     }
     let id = new_tree_id(&signaller)?;
+    // Read here, in the process the host's launch made: its parent is the launcher
+    // or the host itself.
+    let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
     let signaller = match sentinel::split(&signaller)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
@@ -119,10 +130,26 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     tracing::debug!(tier = %containment.tier(), "tier chosen");
     let mut host = take_over(&containment, signals)?;
     let owner_record = owner.record(&guard.owner, signaller.procfs());
-    let mut tree = Tree::record(guard, id.clone(), containment, &signaller, owner_record)?;
+    let mut tree = Tree::record(
+        guard,
+        id.clone(),
+        containment,
+        &signaller,
+        owner_record,
+        GuardianKind::Run,
+    )?;
+    tree.record_start(&start);
+    if opts.replace {
+        replace::end_predecessors(guard, &id, &start, &signaller);
+    }
     // Last check before starting anything: a dead owner means CMD must never run.
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
+    }
+    if stdio.as_mut().is_some_and(StdioPeer::gone) {
+        return Err(RunError::OwnerGone(
+            "the stdio peer (no writer left on stdin, no reader on stdout)".into(),
+        ));
     }
     // The host stopped the process it started while we set up: start nothing.
     if sentinel::gone(&signaller) {
@@ -141,16 +168,23 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         own_session: cmd_gets_own_session(signaller.procfs()),
     })?;
     drop(command);
-    tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?guard.label, "guarding");
+    tracing::debug!(
+        "guarding tree {} ({}): CMD is pid {}, owner {}",
+        tree.id(),
+        guard.label.as_deref().unwrap_or("no label"),
+        tree.root().map_or(0, |r| r.pid()),
+        owner.describe()
+    );
 
     let cause = watch(
         &mut host,
         &mut tree,
         &mut owner,
+        &mut stdio,
         &signaller,
         guard.state_dir.as_deref(),
     );
-    tracing::debug!(?cause, "tearing down tree {}", tree.id());
+    tracing::debug!("tearing down tree {}: {}", tree.id(), cause.describe());
     // The terminal goes back to our group before the tree is signalled; a namespace
     // init hands it back itself, so there we take it once the init is gone.
     let in_namespace = tree.tier() == Tier::Pidns;

@@ -62,6 +62,18 @@ fn report_recovery(registry: &Registry) {
     }
 }
 
+/// What kind of guardian records a tree: `kill` signals `run`'s guardian, and asks a
+/// supervisor instead (it holds other trees too).
+#[derive(Debug, Clone, Copy)]
+pub enum GuardianKind<'a> {
+    Run,
+    /// `unreachable`: why `undertaker kill` cannot ask this supervisor (its control
+    /// socket could not be made), written to each tree's log.
+    Supervisor {
+        unreachable: Option<&'a str>,
+    },
+}
+
 /// Our own identity as recorded for others to prove later.
 pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
     let me = signaller.me();
@@ -74,6 +86,7 @@ pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
         starttime: stat.starttime,
         pgid: me.pgrp,
         pidfs_inode,
+        supervisor: false,
     })
 }
 
@@ -85,6 +98,7 @@ impl Recorder {
         tier: RecordedTier,
         signaller: &Signaller,
         owner: OwnerRecord,
+        kind: GuardianKind<'_>,
     ) -> Result<Self, RunError> {
         let mut rec = Recorder {
             tree: tree.clone(),
@@ -107,10 +121,11 @@ impl Recorder {
                 return Ok(rec);
             }
         };
-        let Some(guardian) = guardian_record(signaller) else {
+        let Some(mut guardian) = guardian_record(signaller) else {
             tracing::warn!("not recording tree {tree}: cannot read /proc/self");
             return Ok(rec);
         };
+        guardian.supervisor = matches!(kind, GuardianKind::Supervisor { .. });
         let record = TreeRecord::starting(
             tree.to_string(),
             me.boot_id.clone(),
@@ -122,6 +137,23 @@ impl Recorder {
         match RecordWriter::create(&dir, &record) {
             Ok(writer) => rec.writer = Some(writer),
             Err(e) => tracing::warn!("not recording tree {tree}: record file: {e}"),
+        }
+        if let GuardianKind::Supervisor {
+            unreachable: Some(why),
+        } = kind
+        {
+            // In the tree's log, where `undertaker log` shows it: a supervisor's
+            // stderr is often read by no one.
+            rec.audit_line(crate::registry::AuditEntry {
+                actor: rec.actor.into(),
+                event: "note".into(),
+                pid: Some(me.pid),
+                message: Some(format!(
+                    "`undertaker kill` cannot ask this supervisor to end the tree: {why}"
+                )),
+                ..Default::default()
+            });
+            rec.flush_audit();
         }
         pause_for_tests(TEST_PAUSE_ENV);
         Ok(rec)
@@ -155,6 +187,11 @@ impl Recorder {
                 tracing::warn!("record of {}: {e}", self.tree);
             }
         }
+    }
+
+    /// Records who started the tree and with what (before CMD is spawned).
+    pub fn set_start(&self, start: &crate::registry::StartRecord) {
+        self.write(&[Line::Start(start.clone())]);
     }
 
     /// Records CMD's identity, read right after spawn (its pidfd is already open).

@@ -14,13 +14,15 @@
 //! ([`crate::snapshot`]).
 //!
 //! Who takes over: a supervisor whose owner is the recorded owner (pid and start time),
-//! of trees that are not finished, whose guardian is dead, and that carry a snapshot.
+//! of trees that are neither finished nor released, whose guardian is dead, and that
+//! carry a snapshot. A tree the host released (`release`, `unregister`) keeps its
+//! `guarded` lines, but its record is closed: nothing of it is ever taken back.
 //! Until one does, self-healing and `sweep` leave such trees alone while their owner
 //! lives ([`awaits_successor`]); once the owner is gone they are finished as before.
 
 use crate::linux::commands::reconcile::{self, Context};
 use crate::linux::proof::signal::ProvenProcess;
-use crate::registry::{now_ms, AuditEntry, OwnerRecord, StoredState, TreeRecord};
+use crate::registry::{now_ms, AuditEntry, OwnerRecord, TreeRecord};
 use crate::snapshot::SnapshotEntry;
 
 /// The audit event of a process taken under guard.
@@ -119,8 +121,8 @@ pub struct Predecessor {
     pub snapshot: Vec<SnapshotEntry>,
 }
 
-/// The unfinished trees of dead guardians of `owner` that carry a snapshot, read from
-/// the registry (their record files folded first).
+/// The open (neither finished nor released) trees of dead guardians of `owner` that
+/// carry a snapshot, read from the registry (their record files folded first).
 pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
     let boot_id = &ctx.signaller.me().boot_id;
     let Ok(trees) = ctx.trees() else {
@@ -128,10 +130,7 @@ pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
     };
     let mut found = Vec::new();
     for rec in trees {
-        if rec.state == StoredState::Finished
-            || &rec.boot_id != boot_id
-            || !same_owner(&rec.owner, owner)
-        {
+        if rec.state.is_closed() || &rec.boot_id != boot_id || !same_owner(&rec.owner, owner) {
             continue;
         }
         if !matches!(
@@ -145,9 +144,14 @@ pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
         let Ok(entries) = ctx.registry.audit(Some(&rec.id)) else {
             continue;
         };
+        // As folded: the record file may say it was released after `trees()` was read.
+        let record = ctx.registry.tree(&rec.id).ok().flatten().unwrap_or(rec);
+        if record.state.is_closed() {
+            continue;
+        }
         if let Some((taken, snapshot)) = snapshot_of(&entries) {
             found.push(Predecessor {
-                record: ctx.registry.tree(&rec.id).ok().flatten().unwrap_or(rec),
+                record,
                 taken,
                 snapshot,
             });
@@ -186,7 +190,7 @@ pub fn hand_over(ctx: &Context, old: &str, successor: Option<&str>) {
 /// took it over.
 pub fn awaits_successor(ctx: &Context, rec: &TreeRecord) -> bool {
     let spawn = TakenBy::Spawn.message();
-    rec.state != StoredState::Finished
+    !rec.state.is_closed()
         && reconcile::owner_alive(ctx.signaller.procfs(), &rec.owner) == Some(true)
         && ctx.registry.audit(Some(&rec.id)).is_ok_and(|entries| {
             entries

@@ -5,14 +5,14 @@ mod taken;
 mod teardown;
 
 use crate::identity::TreeId;
-use crate::linux::commands::record::Recorder;
+use crate::linux::commands::record::{GuardianKind, Recorder};
 use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::contain::spawn::Launch;
 use crate::linux::kernel::sys;
 use crate::linux::proof::descent::ProcTable;
 use crate::linux::proof::pidref::PidRef;
-use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
+use crate::linux::proof::signal::{Delivery, Members, ProvenProcess, Signaller};
 use crate::linux::proof::teardown::KILL_CAP;
 use crate::registry::OwnerRecord;
 use crate::{GuardOptions, RunError, Tier};
@@ -32,7 +32,32 @@ pub(crate) const SETTLE_AFTER: Duration = Duration::from_millis(20);
 pub enum Cause {
     CommandExited,
     OwnerDied,
+    /// No writer left on stdin and no reader on stdout: the host holding them is gone
+    /// (see `owner::StdioPeer`).
+    StdioPeerGone,
     Terminated,
+}
+
+impl Cause {
+    /// What happened, in words (log lines).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::CommandExited => "the command exited",
+            Cause::OwnerDied => "the owner died",
+            Cause::StdioPeerGone => "the stdio peer is gone",
+            Cause::Terminated => "asked to terminate",
+        }
+    }
+
+    /// The audit log's note for a cause the log would not show otherwise.
+    fn audit_note(self) -> Option<&'static str> {
+        match self {
+            Cause::StdioPeerGone => {
+                Some("stdio peer gone: no writer left on stdin, no reader on stdout; tearing down")
+            }
+            Cause::CommandExited | Cause::OwnerDied | Cause::Terminated => None,
+        }
+    }
 }
 
 /// What the process holding trees does for all of them. Reaping and waiting for
@@ -136,6 +161,8 @@ struct Live {
     init_stuck: bool,
     /// The root's exit (or the taken leader's) was handled by the host.
     root_done: bool,
+    /// The root's status went out (a supervisor's `exited` event is sent once).
+    exit_announced: bool,
 }
 
 impl Live {
@@ -185,9 +212,10 @@ impl Tree {
         containment: Containment,
         signaller: &Signaller,
         owner: OwnerRecord,
+        kind: GuardianKind<'_>,
     ) -> Result<Self, RunError> {
         let tier = containment.tier().into();
-        let recorder = Recorder::start(opts, &id, tier, signaller, owner)?;
+        let recorder = Recorder::start(opts, &id, tier, signaller, owner, kind)?;
         Ok(Tree {
             id,
             label: opts.label.clone(),
@@ -236,6 +264,11 @@ impl Tree {
 
     pub fn id(&self) -> &TreeId {
         &self.id
+    }
+
+    /// Records who started the tree (see [`Recorder::set_start`]).
+    pub(crate) fn record_start(&self, start: &crate::registry::StartRecord) {
+        self.recorder.set_start(start);
     }
 
     pub fn label(&self) -> Option<&str> {
@@ -474,15 +507,31 @@ impl Tree {
         self.live.root_status.is_some() || self.live.root.as_ref().is_some_and(PidRef::exited)
     }
 
-    /// CMD's exit status, once collected.
-    pub(crate) fn root_status(&self) -> Option<i32> {
-        self.live.root_status
+    /// The root's pid and status, once collected, the first time they are asked for
+    /// (a supervisor announces a root's exit once, as soon as it knows it).
+    pub(crate) fn exit_to_announce(&mut self) -> Option<(i32, i32)> {
+        let pid = self.live.root.as_ref().map(PidRef::pid)?;
+        let status = self
+            .live
+            .root_status
+            .filter(|_| !self.live.exit_announced)?;
+        self.live.exit_announced = true;
+        Some((pid, status))
     }
 
     /// Tears the tree down: the whole tree through the escalation, or, in a PID
     /// namespace, through the init (SIGTERM, then SIGKILL, which ends the namespace).
     /// Returns the members still alive afterwards.
     pub fn tear_down(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) -> usize {
+        if let Some(note) = cause.audit_note() {
+            // Queued: written with the first batch of signals, not before them.
+            self.recorder.audit_line(crate::registry::AuditEntry {
+                actor: "guardian".into(),
+                event: "note".into(),
+                message: Some(note.into()),
+                ..Default::default()
+            });
+        }
         if self.live.in_namespace() {
             self.tear_down_namespace(cause, signaller, host);
             return usize::from(self.live.init_stuck);
@@ -502,10 +551,24 @@ impl Tree {
     fn tear_down_namespace(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) {
         let Some(init) = &self.live.root else { return };
         if self.live.root_status.is_some() {
+            // The usual end: CMD exited, and the init has already done the teardown.
+            self.recorder.audit_line(crate::registry::AuditEntry {
+                actor: "guardian".into(),
+                event: "note".into(),
+                pid: Some(init.pid()),
+                message: Some("namespace torn down by its init when CMD exited: SIGTERM to every process in it (kill -1), up to the grace period; the kernel killed what was left when the init exited".into()),
+                ..Default::default()
+            });
+            self.recorder.flush_audit();
             return;
         }
+        let started = Instant::now();
+        let init_pid = init.pid();
         if cause != Cause::CommandExited {
-            let _ = init.signal_own_child(signaller, Signal::TERM);
+            let delivery = init.signal_own_child(signaller, Signal::TERM);
+            self.recorder
+                .audit_line(init_signal_line(init_pid, "SIGTERM", delivery));
+            self.recorder.flush_audit();
         }
         let margin = Duration::from_millis(500);
         let end = Instant::now() + self.grace + margin;
@@ -514,10 +577,37 @@ impl Tree {
             host.wait(end, &[(init.fd(), PollFlags::IN)]);
             exited = init.exited();
         }
+        let killed = !exited;
         if !exited {
-            let _ = init.signal_own_child(signaller, Signal::KILL);
+            tracing::info!(
+                "tree {}: grace period of {} ms over: SIGKILL to the namespace init {init_pid}, which ends the namespace",
+                self.id,
+                self.grace.as_millis()
+            );
+            let delivery = init.signal_own_child(signaller, Signal::KILL);
+            self.recorder
+                .audit_line(init_signal_line(init_pid, "SIGKILL", delivery));
             exited = init.poll_until(Instant::now() + KILL_CAP);
         }
+        // What happened inside the namespace, which the init did and cannot record.
+        self.recorder.audit_line(crate::registry::AuditEntry {
+            actor: "guardian".into(),
+            event: "note".into(),
+            pid: Some(init_pid),
+            message: Some(match (exited, killed) {
+                (true, false) => "namespace torn down: its init sent SIGTERM to every process in it (kill -1), waited up to the grace period and exited; the kernel killed what was left".into(),
+                (true, true) => "namespace torn down: its init did not exit within the grace period and was SIGKILLed; the kernel killed every process in the namespace".into(),
+                (false, _) => "namespace init still alive after SIGKILL: a member is stuck in the kernel".into(),
+            }),
+            ..Default::default()
+        });
+        self.recorder.flush_audit();
+        tracing::debug!(
+            "tree {} done: namespace {}, {} ms",
+            self.id,
+            if exited { "gone" } else { "stuck" },
+            started.elapsed().as_millis()
+        );
         if !exited {
             tracing::warn!(
                 "tree {}: namespace init {} still alive {} s after SIGKILL: a member is stuck in the kernel",
@@ -581,3 +671,26 @@ impl Tree {
 
 #[cfg(test)]
 mod tests;
+
+/// The audit line of a signal to a tree's namespace init: our own unreaped child, held
+/// by its pidfd since its fork, so the number names it and nobody else.
+fn init_signal_line(pid: i32, signal: &str, delivery: Delivery) -> crate::registry::AuditEntry {
+    crate::registry::AuditEntry {
+        actor: "guardian".into(),
+        event: "signal".into(),
+        pid: Some(pid),
+        signal: Some(signal.into()),
+        proof: Some("pidfd+child".into()),
+        outcome: Some(
+            match delivery {
+                Delivery::Delivered => "delivered",
+                Delivery::AlreadyGone => "already_gone",
+            }
+            .into(),
+        ),
+        message: Some(
+            "the namespace init, which passes SIGTERM on to every process in the namespace".into(),
+        ),
+        ..Default::default()
+    }
+}

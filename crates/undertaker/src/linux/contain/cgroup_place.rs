@@ -353,7 +353,9 @@ pub fn locate() -> Result<Location, String> {
     let own = OwnCgroup::probe(&mount, &rel);
     let root = rustix::process::geteuid().is_root();
     let mut why = Vec::new();
-    let (parent, kind, reason) = decide(&mount, &own, root, &mut why).ok_or(why.join("; "))?;
+    let Some((parent, kind, reason)) = decide(&mount, &own, root, &mut why) else {
+        return Err(with_advice(&why));
+    };
     if parent != mount.top() {
         return Ok(found(parent, kind, reason));
     }
@@ -361,9 +363,22 @@ pub fn locate() -> Result<Location, String> {
         Ok(()) => Ok(found(parent, kind, reason)),
         Err(e) => {
             why.push(e);
-            Err(why.join("; "))
+            Err(with_advice(&why))
         }
     }
+}
+
+/// Why the cgroup tier has no place here, and how a user gets one (`doctor` and
+/// `run --tier cgroup` print this line).
+fn with_advice(why: &[String]) -> String {
+    format!(
+        "{}. To get the cgroup tier, start undertaker in a cgroup delegated to you \
+         (`systemd-run --user --scope -p Delegate=yes undertaker run -- CMD`) or give \
+         `--cgroup-root DIR`, a cgroup directory you own; without it `auto` uses the \
+         subreaper tier, where a member that scrubs its environment and loses its parent \
+         can outlive a `kill -9` of every undertaker process (docs/GUARANTEES.md)",
+        why.join("; ")
+    )
 }
 
 /// The one rule for where a tree cgroup may be: a directory under the cgroup2 mount

@@ -2,14 +2,16 @@
 //! parent by default, or `--owner PID`), or an inherited pipe whose end of file means
 //! the owner is gone (`--owner-fd N`, the Hermes trick). Never PDEATHSIG: it fires
 //! when the forking *thread* exits, which multi-threaded hosts do all the time.
+//! Beside it, [`StdioPeer`]: the host holding undertaker's stdio pipes.
 
-use crate::linux::kernel::poll::readable_now;
+use crate::linux::kernel::poll::{readable_now, timespec};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::kernel::sys;
 use crate::linux::proof::pidref::PidRef;
 use crate::registry::{OwnerKind, OwnerRecord};
 use crate::{OwnerSpec, RunError};
-use rustix::fd::{AsFd, OwnedFd};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub(crate) enum Owner {
     /// We are PID 1 of a namespace: nobody above us to outlive.
@@ -40,28 +42,32 @@ fn check_owner_fd(fd: &OwnedFd) -> Result<(), String> {
                 _ => Err("a pipe opened for reading and writing".into()),
             }
         }
-        FileType::Socket => {
-            if rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false) {
-                return Err("a listening socket".into());
-            }
-            use rustix::net::SocketType;
-            match rustix::net::sockopt::socket_type(fd) {
-                Ok(SocketType::STREAM | SocketType::SEQPACKET) => {}
-                Ok(SocketType::DGRAM) => return Err("a datagram socket".into()),
-                Ok(_) => return Err("a socket of a kind that never reads end of file".into()),
-                Err(e) => return Err(format!("a socket of unknown type ({e})")),
-            }
-            match rustix::net::getpeername(fd) {
-                Ok(_) => Ok(()),
-                Err(_) => Err("an unconnected socket".into()),
-            }
-        }
+        FileType::Socket => connected_stream(fd.as_fd()),
         FileType::RegularFile => Err("a regular file".into()),
         FileType::Directory => Err("a directory".into()),
         FileType::CharacterDevice => Err("a character device".into()),
         FileType::BlockDevice => Err("a block device".into()),
         FileType::Symlink => Err("a symlink".into()),
         FileType::Unknown => Err("of an unknown kind".into()),
+    }
+}
+
+/// A socket whose peer's going is reported: connected, stream or seqpacket (a
+/// datagram socket never reads end of file). Returns what it is otherwise.
+fn connected_stream(fd: BorrowedFd<'_>) -> Result<(), String> {
+    if rustix::net::sockopt::socket_acceptconn(fd).unwrap_or(false) {
+        return Err("a listening socket".into());
+    }
+    use rustix::net::SocketType;
+    match rustix::net::sockopt::socket_type(fd) {
+        Ok(SocketType::STREAM | SocketType::SEQPACKET) => {}
+        Ok(SocketType::DGRAM) => return Err("a datagram socket".into()),
+        Ok(_) => return Err("a socket of a kind that never reads end of file".into()),
+        Err(e) => return Err(format!("a socket of unknown type ({e})")),
+    }
+    match rustix::net::getpeername(fd) {
+        Ok(_) => Ok(()),
+        Err(_) => Err("an unconnected socket".into()),
     }
 }
 
@@ -178,5 +184,105 @@ impl Owner {
             Owner::Process { pid, .. } => format!("pid {pid}"),
             Owner::Pipe { .. } => "pipe".into(),
         }
+    }
+}
+
+/// The stdio peer (docs/GUARANTEES.md, "The stdio peer"): when undertaker's stdin and
+/// stdout are both pipes or connected stream sockets, no writer left on stdin and no
+/// reader left on stdout mean the process that held their far ends (the host) is
+/// gone, even while a launcher between it and undertaker (`npx`, `uvx`, a shell)
+/// lives on. The launcher, undertaker and CMD hold the same ends as undertaker
+/// (stdin's read end, stdout's write end), so they mask neither.
+///
+/// Watched with poll flags that report hang-ups and errors only, never readiness: no
+/// byte of CMD's input is read, and data arriving never wakes the loop.
+pub(crate) struct StdioPeer {
+    /// Each side's far end was gone at the last look. A side that is stays out of
+    /// the poll set (its hang-up would wake the loop at once, forever) until the
+    /// other side goes too; each look polls both again, so a side whose far end came
+    /// back (a FIFO reopened) is watched again.
+    stdin_gone: bool,
+    stdout_gone: bool,
+}
+
+/// Stdin's far end gone: POLLHUP on a pipe's read end with no writer left; on a
+/// socket, POLLRDHUP once the peer shut down writing or closed (POLLHUP once both
+/// ways are shut). POLLIN is never asked for.
+const STDIN_WATCH: PollFlags = PollFlags::RDHUP;
+const STDIN_GONE: PollFlags = PollFlags::HUP.union(PollFlags::RDHUP).union(PollFlags::ERR);
+/// Stdout's: POLLERR on a pipe's write end with no reader left, POLLHUP on a socket
+/// whose peer closed. Both are reported without being asked for; POLLOUT is not.
+const STDOUT_WATCH: PollFlags = PollFlags::empty();
+const STDOUT_GONE: PollFlags = PollFlags::HUP.union(PollFlags::ERR);
+
+/// Why `fd` cannot tell its far end's going (`None`: it can). `reading`: stdin
+/// (a pipe's read end), else stdout (a pipe's write end).
+fn stdio_unwatchable(fd: BorrowedFd<'_>, reading: bool) -> Option<String> {
+    use rustix::fs::{FileType, OFlags};
+    let st = match rustix::fs::fstat(fd) {
+        Ok(st) => st,
+        Err(e) => return Some(format!("unreadable ({e})")),
+    };
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::Fifo => {
+            let mode = match rustix::fs::fcntl_getfl(fd) {
+                Ok(flags) => flags & OFlags::RWMODE,
+                Err(e) => return Some(format!("unreadable ({e})")),
+            };
+            let wanted = if reading {
+                OFlags::RDONLY
+            } else {
+                OFlags::WRONLY
+            };
+            // A FIFO opened for reading and writing is its own writer and reader: it
+            // never reports the far end's going.
+            (mode != wanted).then(|| "a pipe end of the other kind".into())
+        }
+        FileType::Socket => connected_stream(fd).err(),
+        _ => Some("not a pipe or a socket".into()),
+    }
+}
+
+impl StdioPeer {
+    /// The watch, when stdin is a pipe's read end or a connected stream socket and
+    /// stdout a pipe's write end or one: never a regular file, a terminal or
+    /// `/dev/null`, whose far ends never go.
+    pub(crate) fn detect() -> Option<Self> {
+        let stdin = rustix::stdio::stdin();
+        let stdout = rustix::stdio::stdout();
+        if let Some(why) =
+            stdio_unwatchable(stdin, true).or_else(|| stdio_unwatchable(stdout, false))
+        {
+            tracing::debug!("stdio peer not watched: {why}");
+            return None;
+        }
+        Some(Self {
+            stdin_gone: false,
+            stdout_gone: false,
+        })
+    }
+
+    /// The sides to add to the event loop's poll: those whose far end is still there.
+    pub(crate) fn fds(&self) -> impl Iterator<Item = (BorrowedFd<'_>, PollFlags)> {
+        let stdin = (!self.stdin_gone).then(|| (rustix::stdio::stdin(), STDIN_WATCH));
+        let stdout = (!self.stdout_gone).then(|| (rustix::stdio::stdout(), STDOUT_WATCH));
+        stdin.into_iter().chain(stdout)
+    }
+
+    /// True once both far ends are gone (both sides looked at now).
+    pub(crate) fn gone(&mut self) -> bool {
+        let (stdin, stdout) = (rustix::stdio::stdin(), rustix::stdio::stdout());
+        let mut fds = [
+            PollFd::new(&stdin, STDIN_WATCH),
+            PollFd::new(&stdout, STDOUT_WATCH),
+        ];
+        let zero = timespec(std::time::Duration::ZERO);
+        match rustix::event::poll(&mut fds, Some(&zero)) {
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+        self.stdin_gone = fds[0].revents().intersects(STDIN_GONE);
+        self.stdout_gone = fds[1].revents().intersects(STDOUT_GONE);
+        self.stdin_gone && self.stdout_gone
     }
 }

@@ -596,3 +596,29 @@ pub fn spawn_into_cgroup(
     }
     Ok(Some((pid, pidfd)))
 }
+
+/// The pid `SO_PEERCRED` gives for `fd`: a connected Unix socket's peer when it
+/// connected, or for a socket pair the process that made it. `None` when the kernel
+/// has no pid to give (0: not a Unix socket, or a peer outside our PID namespace),
+/// which rustix's `UCred` (a non-zero `Pid`) cannot hold.
+pub(crate) fn socket_peer_pid(fd: BorrowedFd<'_>) -> Option<i32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes; the kernel writes at most `len`
+    // bytes and stores the length it wrote.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    let whole = len as usize == std::mem::size_of::<libc::ucred>();
+    (rc == 0 && whole && cred.pid > 0).then_some(cred.pid)
+}

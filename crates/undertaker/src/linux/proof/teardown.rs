@@ -5,6 +5,10 @@
 pub(crate) use crate::audit::AuditEvent;
 use crate::escalation::{signals_for, MemberState, Phase, MAX_RESCAN};
 pub(crate) use crate::escalation::{Escalation, Outcome, KILL_CAP};
+
+/// A grace period at least this long is announced at `info` when a teardown starts
+/// waiting it out.
+const LONG_GRACE: Duration = Duration::from_secs(1);
 use crate::ladder::Refusal;
 use crate::linux::proof::signal::{Members, Proof, ProvenProcess, Signaller};
 use serde::Serialize;
@@ -120,7 +124,7 @@ impl Escalation {
         };
         running.term_phase(self.grace);
         if !running.is_empty() {
-            running.kill_phase(self.kill_cap);
+            running.kill_phase(self.grace, self.kill_cap);
         }
         running.report()
     }
@@ -135,6 +139,14 @@ impl Running<'_> {
         };
         self.round(term);
         let grace_end = Instant::now() + grace;
+        // A long wait is said once, where a person watching the log would wonder.
+        if grace >= LONG_GRACE && !self.is_empty() {
+            tracing::info!(
+                "waiting up to {} ms for {} process(es) to exit after SIGTERM",
+                grace.as_millis(),
+                self.live()
+            );
+        }
         while !self.is_empty() && Instant::now() < grace_end && !self.source.out_of_patience() {
             if self.source.needs_rescan() {
                 self.round(term);
@@ -145,7 +157,7 @@ impl Running<'_> {
 
     /// Rounds 2..n: re-prove everything still there and SIGKILL it, until the tree is
     /// empty or the cap has passed.
-    fn kill_phase(&mut self, cap: Duration) {
+    fn kill_phase(&mut self, grace: Duration, cap: Duration) {
         let cap_end = Instant::now() + cap;
         // Members already gone before the kernel-side kill went out count as `gone`,
         // not `killed`.
@@ -153,7 +165,18 @@ impl Running<'_> {
             .filter(|(_, t)| t.proc.has_exited())
             .map(|(k, _)| *k)
             .collect();
+        // Counted before the kill, which may empty the tree at once.
+        let left = self.live();
         let kernel_kill = self.source.kill_all();
+        tracing::info!(
+            "grace period of {} ms over with {} process(es) left: {}",
+            grace.as_millis(),
+            left,
+            match kernel_kill {
+                true => "cgroup.kill, then SIGKILL to each proven member left",
+                false => "SIGKILL to each proven member",
+            }
+        );
         let mut pause = Duration::from_millis(1);
         loop {
             self.round(Phase::Kill);
@@ -185,6 +208,14 @@ impl Running<'_> {
         }
         self.lingering = self.tracked.values().any(|t| !t.proc.has_exited());
         !self.lingering
+    }
+
+    /// Members signalled and not yet seen to exit.
+    fn live(&self) -> usize {
+        self.tracked
+            .values()
+            .filter(|t| !t.proc.has_exited())
+            .count()
     }
 
     /// Lets the source wait, watching the live members' pidfds if it wants them (or

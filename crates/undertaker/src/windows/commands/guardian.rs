@@ -64,6 +64,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         opts.guard.label.clone(),
         &tree,
         owner_record,
+        false,
     )?;
     // 4. CMD, in the job before its first instruction.
     let started = job

@@ -51,7 +51,7 @@ impl Context {
         })
     }
 
-    fn history(&self) -> History<'_> {
+    pub(crate) fn history(&self) -> History<'_> {
         History {
             dir: &self.dir,
             registry: &self.registry,
@@ -240,8 +240,10 @@ pub fn kill(ctx: &Context, selector: &str, grace: Duration) -> Result<TreeSweep,
             let step = end
                 .saturating_duration_since(std::time::Instant::now())
                 .min(Duration::from_millis(50));
-            if matches!(sys::wait_any(&[guardian.as_handle()], Some(step)), Ok(Some(0)))
-                || !ctx.guardian_alive(&id)
+            if matches!(
+                sys::wait_any(&[guardian.as_handle()], Some(step)),
+                Ok(Some(0))
+            ) || !ctx.guardian_alive(&id)
             {
                 return true;
             }
@@ -294,11 +296,9 @@ pub fn log_page(
     before: Option<i64>,
     limit: usize,
 ) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    let selector = tree.map(TreeSelector::parse).transpose()?;
-    history::log_page(&ctx.history(), selector.as_ref(), before, limit)
+    history::log_named(&ctx.history(), tree, Some((before, limit)))
 }
 
 pub fn log(ctx: &Context, tree: Option<&str>) -> Result<Vec<crate::registry::AuditEntry>, Error> {
-    let selector = tree.map(TreeSelector::parse).transpose()?;
-    history::log(&ctx.history(), selector.as_ref())
+    history::log_named(&ctx.history(), tree, None)
 }

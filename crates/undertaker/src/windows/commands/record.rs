@@ -27,6 +27,7 @@ impl Recorder {
         label: Option<String>,
         tree: &TreeId,
         owner: OwnerRecord,
+        supervisor: bool,
     ) -> Result<Self, RunError> {
         let mut rec = Recorder {
             tree: tree.clone(),
@@ -50,6 +51,7 @@ impl Recorder {
             starttime: sys::own_creation_time().unwrap_or(0),
             pgid: 0,
             pidfs_inode: None,
+            supervisor,
         };
         let record = TreeRecord::starting(
             tree.to_string(),

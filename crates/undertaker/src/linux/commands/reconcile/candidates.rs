@@ -1,6 +1,8 @@
 //! Which trees a sweep or a self-healing round examines: the one rule both use.
 //!
-//! A tree its supervisor released is never a candidate. Any other recorded tree is
+//! A tree its supervisor released is never a candidate, nor is the cgroup its record
+//! names (left behind when a member forked as it was moved out: the guardian died
+//! since, but the processes are the host's). Any other recorded tree is
 //! a candidate while its record is unfinished, or while marked
 //! processes of it live (known only with a marker scan, which `sweep` makes and a
 //! self-healing round does not: it costs a read of every process). A marker scan also
@@ -20,8 +22,9 @@ use std::path::PathBuf;
 pub(crate) struct Candidates {
     /// Candidate trees by id, with their record (none: known only by markers).
     pub records: BTreeMap<String, Option<TreeRecord>>,
-    /// Cgroups the candidate records lead to: they are swept with their tree, so the
-    /// walk over tree cgroups must not list (or count) their members a second time.
+    /// Cgroups the candidate records lead to (they are swept with their tree, so the
+    /// walk over tree cgroups must not list or count their members a second time),
+    /// and those released records name (never swept).
     recorded_cgroups: BTreeSet<PathBuf>,
 }
 
@@ -34,9 +37,11 @@ pub(crate) fn candidates(
     let mut records: BTreeMap<String, Option<TreeRecord>> = BTreeMap::new();
     // A released tree's processes are the host's again, marked or not: never ours.
     let mut released = BTreeSet::new();
+    let mut released_records = Vec::new();
     for r in ctx.trees()? {
         if r.state == StoredState::Released {
-            released.insert(r.id);
+            released.insert(r.id.clone());
+            released_records.push(r);
         } else if r.state != StoredState::Finished || marked(&r.id) {
             records.insert(r.id.clone(), Some(r));
         }
@@ -47,9 +52,8 @@ pub(crate) fn candidates(
         }
     }
     let mount = cgroup::current_mount().ok();
-    let recorded_cgroups = records
-        .values()
-        .flatten()
+    let recorded_cgroups = (records.values().flatten())
+        .chain(&released_records)
         .filter_map(|r| recorded_cgroup(r, mount.as_ref()?, ctx.procfs()).map(PathBuf::from))
         .collect();
     Ok(Candidates {

@@ -11,7 +11,7 @@ use crate::linux::commands::control;
 use crate::linux::kernel::poll::poll_until;
 use crate::linux::proof::signal::{NotProven, ProvenProcess};
 use crate::linux::proof::teardown::KILL_CAP;
-use crate::registry::{RegistryError, StoredState, TreeRecord};
+use crate::registry::{record_file, RegistryError, StoredState, TreeRecord};
 use crate::report::{SweepAction, TreeSweep};
 use rustix::event::{PollFd, PollFlags};
 use std::time::{Duration, Instant};
@@ -49,8 +49,8 @@ pub fn kill(
         });
     }
     if let (Some(r), GuardianState::Alive) = (rec, guardian_state(ctx, id, rec)) {
-        if let Some(done) = ask_supervisor(ctx, id, r, label.clone()) {
-            return Ok(done);
+        if held_by_a_supervisor(ctx, id, r) {
+            return Ok(ask_supervisor(ctx, id, r, label));
         }
         if let Some(done) = kill_live_guardian(ctx, id, r, label.clone(), grace)? {
             return Ok(done);
@@ -79,48 +79,59 @@ pub fn kill(
     }
 }
 
+/// Whether a tree's live guardian is a supervisor: its record says so, or (a record
+/// written before the mark existed, by a supervisor still running an older binary) the
+/// tree has `guarded` lines, which only a supervisor writes.
+fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
+    r.guardian.supervisor
+        || record_file::read(&record_file::path_of(&ctx.dir, id)).is_some_and(|file| {
+            (file.audit.iter()).any(|(_, e)| e.event == crate::linux::commands::takeover::GUARDED)
+        })
+}
+
 /// `kill` of a tree a live supervisor holds: the supervisor is asked over its
-/// control socket to end that one tree, never signalled (that would end every tree
-/// it holds). `None` when the tree's guardian is no supervisor.
-fn ask_supervisor(
-    ctx: &Context,
-    id: &str,
-    r: &TreeRecord,
-    label: Option<String>,
-) -> Option<TreeSweep> {
+/// control socket to end that one tree, and never signalled (that would end every
+/// tree it holds). One it cannot reach is not worked around either: the tree is left
+/// to it, and `kill` says so (`supervisor_unreachable`, exit status 3).
+fn ask_supervisor(ctx: &Context, id: &str, r: &TreeRecord, label: Option<String>) -> TreeSweep {
     let request = serde_json::json!({"op": "kill", "tree": id}).to_string();
     // Its own grace period and kill cap, with room to spare on a loaded machine.
     let deadline = Instant::now() + Duration::from_secs(60) + KILL_CAP;
     let uid = ctx.signaller.me().uid;
-    let answer = control::ask(&r.boot_id, &r.guardian, uid, &request, deadline)?;
     let left = || marker_scan(ctx.procfs(), uid).get(id).map_or(0, Vec::len);
-    let (action, reason, left_alive) = match answer {
-        Ok(reply) if reply["ok"] == true => (
-            SweepAction::GuardianTerminated,
-            format!("its supervisor {} tore the tree down", r.guardian.pid),
-            reply["live"].as_u64().map_or_else(left, |n| n as usize),
-        ),
-        Ok(reply) => (
-            SweepAction::GuardianUnresponsive,
-            format!(
-                "its supervisor {} refused: {}",
-                r.guardian.pid,
-                reply["error"]["message"]
-                    .as_str()
-                    .unwrap_or("no reason given")
+    let (action, reason, left_alive) =
+        match control::ask(&ctx.dir, &r.guardian, uid, &request, deadline) {
+            control::Asked::Answered(reply) if reply["ok"] == true => (
+                SweepAction::GuardianTerminated,
+                format!("its supervisor {} tore the tree down", r.guardian.pid),
+                reply["live"].as_u64().map_or_else(left, |n| n as usize),
             ),
-            left(),
-        ),
-        Err(why) => (SweepAction::GuardianUnresponsive, why, left()),
-    };
-    Some(TreeSweep {
+            control::Asked::Answered(reply) => (
+                SweepAction::GuardianUnresponsive,
+                format!(
+                    "its supervisor {} refused: {}",
+                    r.guardian.pid,
+                    reply["error"]["message"]
+                        .as_str()
+                        .unwrap_or("no reason given")
+                ),
+                left(),
+            ),
+            control::Asked::Failed(why) => (SweepAction::GuardianUnresponsive, why, left()),
+            control::Asked::Unreachable(why) => (
+                SweepAction::SupervisorUnreachable,
+                format!("{why}; nothing was signalled (the tree is its supervisor's to end)"),
+                left(),
+            ),
+        };
+    TreeSweep {
         id: id.into(),
         label,
         action,
         reason,
         targets: vec![],
         left_alive,
-    })
+    }
 }
 
 /// `kill` of a tree whose guardian is alive: the guardian, proven by its recorded

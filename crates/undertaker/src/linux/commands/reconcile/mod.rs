@@ -39,8 +39,6 @@ use crate::linux::proof::signal::Signaller;
 use crate::registry::lock::FileLock;
 use crate::registry::record_file::{self, ReadRecord};
 use crate::registry::{OwnerRecord, Registry, RegistryError, StateDir, StoredState, TreeRecord};
-use crate::selector::TreeSelector;
-use crate::Error;
 use std::path::Path;
 
 /// Everything a reconciling command needs.
@@ -175,13 +173,4 @@ pub(crate) fn recorded_cgroup<'a>(
 pub(crate) fn owner_alive(procfs: &Procfs, owner: &OwnerRecord) -> Option<bool> {
     let (pid, starttime) = (owner.pid?, owner.starttime?);
     Some(matches!(procfs.stat(pid), Ok(s) if s.starttime == starttime && s.state != 'Z'))
-}
-
-/// Finds the tree `selector` names among recorded trees and unrecorded lock files
-/// (the rule lives in [`crate::history`], shared with Windows).
-pub fn resolve_tree(
-    ctx: &Context,
-    selector: &TreeSelector,
-) -> Result<(String, Option<TreeRecord>), Error> {
-    crate::history::resolve_tree(&ctx.history(), selector)
 }

@@ -9,6 +9,7 @@
 
 use super::marker::{cgroup_pids, live_pids, marker_scan_except};
 use super::{guardian_state, owner_alive, Context, GuardianState};
+use crate::linux::commands::control;
 use crate::linux::contain::cgroup;
 use crate::registry::{now_ms, OwnerRecord, RegistryError, StoredState};
 use crate::report::{PsRow, TreeState};
@@ -37,6 +38,9 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
         *(owners.entry((owner.pid, owner.starttime)))
             .or_insert_with(|| owner_alive(ctx.procfs(), owner))
     };
+    // Many trees share one supervisor: one look at its control socket each.
+    let uid = ctx.signaller.me().uid;
+    let mut reachable: HashMap<(i32, u64), bool> = HashMap::new();
     let now = now_ms();
     let mut out = Vec::new();
     let mut seen = HashSet::new();
@@ -58,7 +62,14 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
         };
         let guardian_alive = matches!(guardian, GuardianState::Alive);
         let state = TreeState::derive(r.state, guardian_alive, owner_alive(&r.owner), live);
-        out.push(PsRow::recorded(r, state, guardian_alive, live, now));
+        let mut row = PsRow::recorded(r, state, guardian_alive, live, now);
+        if guardian_alive && r.guardian.supervisor {
+            row.supervisor_reachable = Some(
+                *(reachable.entry((r.guardian.pid, r.guardian.starttime)))
+                    .or_insert_with(|| control::endpoint_present(&ctx.dir, &r.guardian, uid)),
+            );
+        }
+        out.push(row);
     }
     for (id, procs) in &markers {
         if seen.contains(id.as_str()) {
@@ -73,22 +84,9 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
                 lock.as_mut().and_then(|l| l.info()),
             ),
         };
-        out.push(PsRow {
-            id: id.clone(),
-            label: None,
-            tier: None,
-            state,
-            guardian_pid: info.map(|i| i.guardian_pid),
-            guardian_alive,
-            owner_kind: None,
-            owner_pid: None,
-            root_pid: None,
-            live_processes: procs.len(),
-            created_ms: None,
-            age_ms: None,
-            exit_status: None,
-            recorded: false,
-        });
+        let mut row = PsRow::unrecorded(id.clone(), state, guardian_alive, procs.len());
+        row.guardian_pid = info.map(|i| i.guardian_pid);
+        out.push(row);
     }
     Ok(out)
 }

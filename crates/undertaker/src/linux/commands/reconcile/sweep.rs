@@ -431,6 +431,7 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
                     starttime: info.guardian_starttime,
                     pgid: 0,
                     pidfs_inode: None,
+                    supervisor: false,
                 },
                 root: None,
                 owner: OwnerRecord {
@@ -444,6 +445,7 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
                 updated_ms: now,
                 finished_ms: Some(now),
                 exit_status: None,
+                start: None,
             })
         }
         (None, None) => Ok(()),

@@ -10,10 +10,13 @@
 //! descriptors ([`MAX_FDS`]) at any time, whatever the peer sends.
 //!
 //! Writing never blocks the supervisor: a host that stops reading its replies loses
-//! them, it does not stall the teardown of its trees. The flags of the inherited
-//! standard output are never changed (they live in the open file description the host
-//! shares): a pipe is written through a private non-blocking re-open of it, a socket
-//! with `MSG_DONTWAIT`.
+//! them, it does not stall the owner watch or the teardown of its trees. The flags of
+//! the inherited standard output are never changed (they live in the open file
+//! description the host shares, and a terminal's with every process on it: a shell
+//! that found its terminal non-blocking would fail its reads): a pipe or a terminal
+//! (a pty whose reader stopped, or ^S) is written through a private non-blocking
+//! re-open of it, a socket with `MSG_DONTWAIT`. Only a regular file is written
+//! plainly: its writes never wait for a reader.
 
 use crate::protocol::framing::{Frame, LineFramer};
 use crate::protocol::{ErrorCode, ProtocolError};
@@ -270,12 +273,13 @@ fn recv(
 enum Output {
     /// A socket: `send` with `MSG_DONTWAIT`.
     Socket,
-    /// A pipe, re-opened: a description of our own, non-blocking.
+    /// A pipe or a terminal (any character device), re-opened: a description of our
+    /// own, non-blocking.
     Private(OwnedFd),
-    /// A pipe that could not be re-opened: poll, then writes of at most `PIPE_BUF`
+    /// One that could not be re-opened: poll, then writes of at most `PIPE_BUF`
     /// bytes, which a pipe polling writable takes without blocking.
     Polled,
-    /// A file or terminal: plain writes.
+    /// A regular file: plain writes.
     Plain,
 }
 
@@ -292,13 +296,15 @@ impl Output {
         };
         match FileType::from_raw_mode(st.st_mode) {
             FileType::Socket => Output::Socket,
-            FileType::Fifo => rustix::fs::open(
+            FileType::RegularFile => Output::Plain,
+            // `O_NOCTTY`: we lead a session without a terminal (setsid), and opening
+            // one without it would make it ours.
+            _ => rustix::fs::open(
                 "/proc/self/fd/1",
-                OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                OFlags::WRONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
                 Mode::empty(),
             )
             .map_or(Output::Polled, Output::Private),
-            _ => Output::Plain,
         }
     }
 

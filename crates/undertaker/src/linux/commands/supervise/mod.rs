@@ -24,14 +24,17 @@ use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::protocol::framing::Frame;
-use crate::protocol::reply::{self, Fields};
+use crate::protocol::reply;
+use crate::protocol::wire::{
+    AdoptReply, HeldTier, HelloReply, KillReply, ListReply, ListedTree, OkReply, OwnerPid,
+    RegisterReply, ReleaseReply, SpawnReply, TreeKind, UnregisterReply,
+};
 use crate::protocol::{parse_line, Envelope, ErrorCode, ProtocolError, Request, PROTOCOL_VERSION};
 use crate::registry::OwnerRecord;
 use crate::{GuardOptions, OwnerSpec, RunError, SuperviseOptions, Tier};
 use channel::{emit, Channel, Incoming};
 use rustix::event::PollFlags;
 use rustix::fd::BorrowedFd;
-use serde_json::{json, Value};
 
 /// Runs the supervisor until its input ends, its owner dies or SIGTERM; every tree
 /// is then torn down. Returns 0.
@@ -72,7 +75,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }
-    let control = listen_for_control(&signaller);
+    let (control, control_unreachable) = listen_for_control(opts, &signaller);
     let mut sup = Supervisor {
         opts,
         signaller,
@@ -88,6 +91,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         predecessors_checked: false,
         search: Default::default(),
         control,
+        control_unreachable,
     };
     // Before serving: a dead predecessor's trees (same owner) are ours to carry on,
     // so a replayed `register` finds them and no self-healing takes them away.
@@ -105,15 +109,32 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     Ok(0)
 }
 
-/// The control socket, named after this supervisor's identity as its trees'
-/// records give it. Without one, `kill` of a tree we hold cannot reach us and says
-/// so; it never falls back to signalling us.
-fn listen_for_control(signaller: &Signaller) -> Option<Listener> {
+/// The control socket (see `control`), in the state dir, named after this
+/// supervisor's identity as its trees' records give it; else why there is none.
+/// Without one, `kill` of a tree we hold cannot reach us and says so (exit status 3);
+/// it never falls back to signalling us. Each tree's log says it too (a supervisor's
+/// stderr is often read by no one).
+fn listen_for_control(
+    opts: &GuardOptions,
+    signaller: &Signaller,
+) -> (Option<Listener>, Option<String>) {
     let me = signaller.me();
-    let starttime = signaller.procfs().stat(me.pid).ok()?.starttime;
-    Listener::bind(&me.boot_id, me.pid, starttime)
-        .inspect_err(|e| tracing::warn!("no control socket for `undertaker kill`: {e}"))
-        .ok()
+    let listener = (signaller.procfs().stat(me.pid))
+        .map_err(|e| format!("reading /proc/self: {e}"))
+        .and_then(|stat| {
+            let state = crate::registry::state_dir::resolve(opts.state_dir.as_deref())
+                .and_then(|(path, _)| crate::registry::StateDir::prepare(&path, me.uid))
+                .map_err(|e| e.to_string())?;
+            Listener::bind(&state, me.uid, me.pid, stat.starttime, signaller.procfs())
+                .map_err(|e| format!("no control socket: {e}"))
+        });
+    match listener {
+        Ok(listener) => (Some(listener), None),
+        Err(why) => {
+            tracing::warn!("`undertaker kill` cannot ask this supervisor: {why}");
+            (None, Some(why))
+        }
+    }
 }
 
 /// The process whose children `register`/`adopt` accept: `--owner PID`, else our
@@ -155,6 +176,8 @@ pub(crate) struct Supervisor<'a> {
     search: takeover::PendingSearch,
     /// Where `undertaker kill <tree>` asks us to end one tree (see `control`).
     control: Option<Listener>,
+    /// Why there is no control socket, for each tree's record.
+    control_unreachable: Option<String>,
 }
 
 impl Supervisor<'_> {
@@ -167,14 +190,24 @@ impl Supervisor<'_> {
             let mut fds: Vec<(BorrowedFd<'_>, PollFlags)> =
                 vec![(self.channel.fd(), PollFlags::IN)];
             fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
-            fds.extend(self.control.as_ref().map(|c| (c.fd(), PollFlags::IN)));
+            // The control socket's connections are read here too, never waited
+            // for: a silent one must not hold up the channel or the owner watch.
+            fds.extend(
+                (self.control.iter())
+                    .flat_map(Listener::fds)
+                    .map(|fd| (fd, PollFlags::IN)),
+            );
             fds.extend(
                 (self.trees.iter())
                     .filter_map(Tree::root_fd)
                     .map(|fd| (fd, PollFlags::IN)),
             );
-            let until = (self.search.is_pending())
+            let search = (self.search.is_pending())
                 .then(|| std::time::Instant::now() + takeover::SEARCH_POLL);
+            let until = [search, self.control.as_ref().and_then(Listener::deadline)]
+                .into_iter()
+                .flatten()
+                .min();
             let got = self.host.next_event(&fds, until);
             drop(fds);
             // The signals `run` would forward to its one CMD (SIGINT, SIGHUP, ...)
@@ -187,7 +220,7 @@ impl Supervisor<'_> {
             self.host.reap(&mut |_, _| {});
             self.take_over_if_answered();
             self.roots_exited();
-            if self.control.as_ref().is_some_and(|c| readable_now(c.fd())) {
+            if self.control.is_some() {
                 if owner.gone() {
                     return;
                 }
@@ -215,14 +248,17 @@ impl Supervisor<'_> {
     /// Requests on the control socket: `kill` of one tree, from `undertaker kill`.
     /// The host hears of it as of any tree that ends (`exited` for a spawned root).
     fn serve_control(&mut self) {
-        let Some(control) = &self.control else { return };
-        for conn in control.accept(self.signaller.me().uid) {
+        let uid = self.signaller.me().uid;
+        let Some(control) = &mut self.control else {
+            return;
+        };
+        for conn in control.accept(uid) {
             let reply = match parse_line(&conn.line) {
                 Ok(Some(Envelope {
                     id,
                     request: Request::Kill { tree },
                 })) => match self.answer(Request::Kill { tree }, Vec::new()) {
-                    Ok(fields) => reply::ok(crate::protocol::Op::Kill, id.as_ref(), fields),
+                    Ok(answer) => reply::ok(id.as_ref(), &answer),
                     Err(e) => reply::error(&e.answering(crate::protocol::Op::Kill, id, None)),
                 },
                 Ok(_) => reply::error(&ProtocolError::new(
@@ -235,9 +271,9 @@ impl Supervisor<'_> {
         }
     }
 
-    /// A spawned root exited: `exited` event, the rest of its tree torn down as `run`
-    /// does when CMD exits. A taken leader exited: the tree stays while members
-    /// remain, and goes quietly once it is empty.
+    /// A spawned root exited: `exited` event at once, then the rest of its tree torn
+    /// down as `run` does when CMD exits, then `ended`. A taken leader exited: the
+    /// tree stays while members remain, and goes quietly once it is empty.
     fn roots_exited(&mut self) {
         let mut i = 0;
         while i < self.trees.len() {
@@ -248,13 +284,14 @@ impl Supervisor<'_> {
             }
             tree.root_handled();
             if !tree.is_taken() {
-                let tree = self.trees.remove(i);
+                let mut tree = self.trees.remove(i);
+                self.announce_exit(&mut tree);
                 self.end_tree(tree, Cause::CommandExited);
             } else if !tree.is_populated()
                 && tree.members(&self.signaller, &mut None).proven.is_empty()
             {
                 let tree = self.trees.remove(i);
-                self.finish(tree);
+                self.finish(tree, 0);
             } else {
                 i += 1;
             }
@@ -271,12 +308,12 @@ impl Supervisor<'_> {
             .partition(|t| t.taken_all_exited() && !t.is_populated());
         self.trees = kept;
         for tree in gone {
-            self.finish(tree);
+            self.finish(tree, 0);
         }
     }
 
-    /// Tears one tree down and closes it; a spawned root's status goes out as `exited`.
-    /// Returns the members still alive afterwards.
+    /// Tears one tree down and closes it (see [`Supervisor::finish`]). Returns the
+    /// members still alive afterwards.
     fn end_tree(&mut self, mut tree: Tree, cause: Cause) -> usize {
         let stuck = tree.tear_down(cause, &self.signaller, &mut self.host);
         self.terminate |= self.host.take_terminate();
@@ -284,20 +321,28 @@ impl Supervisor<'_> {
             0 => 0,
             _ => tree.members(&self.signaller, &mut None).proven.len(),
         };
-        self.finish(tree);
+        self.finish(tree, live);
         live
     }
 
-    /// Closes a tree's record; a spawned root's status goes out as `exited`.
-    fn finish(&mut self, mut tree: Tree) {
+    /// A spawned root's status goes out as `exited` as soon as it is collected: a host
+    /// wants it at once, not after the grace period of a member that ignores SIGTERM.
+    fn announce_exit(&mut self, tree: &mut Tree) {
+        tree.reap(&mut self.host);
+        if let Some((root, status)) = tree.exit_to_announce() {
+            emit(&reply::exited(tree.id(), root, status));
+        }
+    }
+
+    /// Closes a tree's record. A spawned tree's end goes out as `exited` (unless it
+    /// went out already) and then `ended`, with `live` its members still alive.
+    fn finish(&mut self, mut tree: Tree, live: usize) {
         if !tree.is_taken() {
-            tree.reap(&mut self.host);
+            self.announce_exit(&mut tree);
             if let Some(root) = tree.root().map(PidRef::pid) {
                 self.host.forget_root(root);
-                if let Some(status) = tree.root_status() {
-                    emit(&reply::exited(tree.id(), root, status));
-                }
             }
+            emit(&reply::ended(tree.id(), live));
         }
         tree.finish();
     }
@@ -338,7 +383,7 @@ impl Supervisor<'_> {
             Err(refused) => Err(refused),
         };
         match answer {
-            Ok(fields) => emit(&reply::ok(op, id.as_ref(), fields)),
+            Ok(answer) => emit(&reply::ok(id.as_ref(), &answer)),
             Err(e) => {
                 let refusal = e.reason.map(|r| (r, e.message.clone()));
                 emit(&reply::error(&e.answering(op, id, pgid)));
@@ -361,7 +406,7 @@ impl Supervisor<'_> {
         &mut self,
         request: Request,
         fds: Vec<rustix::fd::OwnedFd>,
-    ) -> Result<Fields, ProtocolError> {
+    ) -> Result<OkReply, ProtocolError> {
         let takes_fds = matches!(request, Request::Spawn(_) | Request::Adopt { .. });
         if !fds.is_empty() && !takes_fds {
             return Err(ProtocolError::new(
@@ -373,45 +418,58 @@ impl Supervisor<'_> {
                 ),
             ));
         }
-        match request {
-            Request::Hello => Ok(self.hello()),
+        let tree = |id: &TreeId| id.as_str().to_owned();
+        Ok(match request {
+            Request::Hello => OkReply::Hello(self.hello()),
             Request::Register { pgid } => {
-                let (tree, members) = self.register(pgid)?;
-                Ok(fields(
-                    json!({"pgid": pgid, "tree": tree.as_str(), "members": members}),
-                ))
+                let (id, members) = self.register(pgid)?;
+                OkReply::Register(RegisterReply {
+                    pgid,
+                    tree: tree(&id),
+                    members: members as u64,
+                })
             }
-            Request::Unregister { pgid } => self.unregister(pgid),
+            Request::Unregister { pgid } => OkReply::Unregister(self.unregister(pgid)?),
             Request::Adopt { pid } => {
-                let (tree, pid, members) = self.adopt(pid, fds)?;
-                Ok(fields(
-                    json!({"pid": pid, "tree": tree.as_str(), "members": members}),
-                ))
+                let (id, pid, members) = self.adopt(pid, fds)?;
+                OkReply::Adopt(AdoptReply {
+                    pid: Some(pid),
+                    pgid: None,
+                    tree: tree(&id),
+                    members: members as u64,
+                })
             }
             Request::AdoptGroup { pgid, snapshot } => {
-                let (tree, members) = self.adopt_group(pgid, &snapshot)?;
-                Ok(fields(
-                    json!({"pgid": pgid, "tree": tree.as_str(), "members": members}),
-                ))
+                let (id, members) = self.adopt_group(pgid, &snapshot)?;
+                OkReply::Adopt(AdoptReply {
+                    pid: None,
+                    pgid: Some(pgid),
+                    tree: tree(&id),
+                    members: members as u64,
+                })
             }
             Request::Spawn(req) => {
-                let (tree, pid) = self.spawn(req, fds)?;
-                Ok(fields(json!({"tree": tree.as_str(), "pid": pid})))
+                let (id, pid) = self.spawn(req, fds)?;
+                OkReply::Spawn(SpawnReply {
+                    tree: tree(&id),
+                    pid,
+                })
             }
-            Request::Kill { tree } => {
-                let tree = self.take_out(&tree)?;
-                let id = tree.id().clone();
-                let live = self.end_tree(tree, Cause::Terminated);
-                Ok(fields(json!({"tree": id.as_str(), "live": live})))
+            Request::Kill { tree: id } => {
+                let taken = self.take_out(&id)?;
+                let live = self.end_tree(taken, Cause::Terminated);
+                OkReply::Kill(KillReply {
+                    tree: tree(&id),
+                    live: live as u64,
+                })
             }
-            Request::Release { tree } => {
-                let tree = self.take_out(&tree)?;
-                let id = tree.id().clone();
-                self.release(tree);
-                Ok(fields(json!({"tree": id.as_str()})))
+            Request::Release { tree: id } => {
+                let taken = self.take_out(&id)?;
+                self.release(taken);
+                OkReply::Release(ReleaseReply { tree: tree(&id) })
             }
-            Request::List => Ok(self.list()),
-        }
+            Request::List => OkReply::List(self.list()),
+        })
     }
 
     /// Our own start time (tree cgroup names carry it).
@@ -420,21 +478,27 @@ impl Supervisor<'_> {
         self.signaller.procfs().stat(me).map_or(0, |s| s.starttime)
     }
 
-    fn hello(&self) -> Fields {
-        fields(json!({
-            "protocol": PROTOCOL_VERSION,
-            "version": env!("CARGO_PKG_VERSION"),
-            "tier": self.containment.tier().as_str(),
-            "pid": self.signaller.me().pid,
-            "owner": {"pid": match self.opts.owner {
-                OwnerSpec::Fd(_) => None,
-                _ => self.owner_process.as_ref().map(PidRef::pid),
-            }},
-            "socket": self.channel.is_socket(),
-        }))
+    fn hello(&self) -> HelloReply {
+        HelloReply {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").into(),
+            // `run` refuses the pidns tier for a supervisor: it is one of these two.
+            tier: match self.containment.tier() {
+                Tier::Cgroup => HeldTier::Cgroup,
+                _ => HeldTier::Subreaper,
+            },
+            pid: self.signaller.me().pid,
+            owner: OwnerPid {
+                pid: match self.opts.owner {
+                    OwnerSpec::Fd(_) => None,
+                    _ => self.owner_process.as_ref().map(PidRef::pid),
+                },
+            },
+            socket: self.channel.is_socket(),
+        }
     }
 
-    fn unregister(&mut self, pgid: i32) -> Result<Fields, ProtocolError> {
+    fn unregister(&mut self, pgid: i32) -> Result<UnregisterReply, ProtocolError> {
         // The newest registration of that number.
         let i = (self.trees.iter())
             .rposition(|t| t.group() == Some(pgid))
@@ -447,7 +511,10 @@ impl Supervisor<'_> {
         let tree = self.trees.remove(i);
         let id = tree.id().clone();
         self.release(tree);
-        Ok(fields(json!({"pgid": pgid, "tree": id.as_str()})))
+        Ok(UnregisterReply {
+            pgid,
+            tree: id.as_str().to_owned(),
+        })
     }
 
     fn take_out(&mut self, id: &TreeId) -> Result<Tree, ProtocolError> {
@@ -485,32 +552,32 @@ impl Supervisor<'_> {
     /// Every tree with its live members, from one /proc scan for the whole answer
     /// (a scan per tree made `list` of 300 trees take a second, with every other
     /// request and the owner watch waiting behind it).
-    fn list(&mut self) -> Fields {
+    fn list(&mut self) -> ListReply {
         let mut table = None;
         let signaller = &self.signaller;
-        let trees: Vec<Value> = (self.trees.iter_mut())
+        let trees = (self.trees.iter_mut())
             .map(|t| {
                 let root_pid = t.root_pid();
                 let (kind, pgid) = match (t.is_taken(), t.group()) {
-                    (false, _) => ("spawn", None),
-                    (true, Some(pgid)) => ("register", Some(pgid)),
-                    (true, None) => ("adopt", None),
+                    (false, _) => (TreeKind::Spawn, None),
+                    (true, Some(pgid)) => (TreeKind::Register, Some(pgid)),
+                    (true, None) => (TreeKind::Adopt, None),
                 };
                 let pgid = pgid.or_else(|| {
                     let pid = root_pid?;
                     signaller.procfs().stat(pid).ok().map(|s| s.pgrp)
                 });
-                json!({
-                    "tree": t.id().as_str(),
-                    "kind": kind,
-                    "pid": root_pid,
-                    "pgid": pgid,
-                    "label": t.label(),
-                    "live": t.live_count(signaller, &mut table),
-                })
+                ListedTree {
+                    tree: t.id().as_str().to_owned(),
+                    kind,
+                    pid: root_pid,
+                    pgid,
+                    label: t.label().map(str::to_owned),
+                    live: t.live_count(signaller, &mut table) as u64,
+                }
             })
             .collect();
-        fields(json!({ "trees": trees }))
+        ListReply { trees }
     }
 
     /// End of input, owner death or SIGTERM: every tree at once (SIGTERM to all, one
@@ -518,9 +585,10 @@ impl Supervisor<'_> {
     fn tear_down_everything(&mut self) {
         self.channel.release_reserve();
         let mut trees = std::mem::take(&mut self.trees);
+        let mut stuck = 0;
         if !trees.is_empty() || !self.released_any {
             let mut refs: Vec<&mut Tree> = trees.iter_mut().collect();
-            tear_down_together(
+            stuck = tear_down_together(
                 &mut refs,
                 !self.released_any,
                 self.opts.grace,
@@ -528,16 +596,13 @@ impl Supervisor<'_> {
                 &mut self.host,
             );
         }
-        for tree in trees {
-            self.finish(tree);
+        for mut tree in trees {
+            let live = match stuck {
+                0 => 0,
+                _ => tree.members(&self.signaller, &mut None).proven.len(),
+            };
+            self.finish(tree, live);
         }
         self.host.reap(&mut |_, _| {});
-    }
-}
-
-fn fields(value: Value) -> Fields {
-    match value {
-        Value::Object(map) => map,
-        _ => Fields::new(),
     }
 }

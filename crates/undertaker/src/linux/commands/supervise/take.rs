@@ -4,6 +4,7 @@
 use super::Supervisor;
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
+use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::takeover::{self, TakenBy};
 use crate::linux::commands::tree::Tree;
 use crate::linux::contain::spawn::{CommandSpec, Launch, StdioSpec};
@@ -221,6 +222,9 @@ impl Supervisor<'_> {
             self.containment.clone(),
             &self.signaller,
             self.owner_record.clone(),
+            GuardianKind::Supervisor {
+                unreachable: self.control_unreachable.as_deref(),
+            },
         )
         .map_err(|e| protocol_error(&e))
     }

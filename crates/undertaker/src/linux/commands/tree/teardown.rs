@@ -60,9 +60,18 @@ pub(crate) fn tear_down_together(
         let tree = owner_of.borrow().get(&pid).copied().unwrap_or(0);
         queued.borrow_mut().push((tree, event));
     };
+    let started = Instant::now();
     let report = Escalation::with_grace(grace).run(signaller, &mut source, &mut log);
     source.file_audit();
     let left = report.count(Outcome::Stuck);
+    let ids: Vec<&str> = source.trees.iter().map(|t| t.id.as_str()).collect();
+    tracing::debug!(
+        "tree {} done: {} signalled, {} left, {} ms",
+        ids.join(", tree "),
+        report.targets.len() - report.count(Outcome::Refused),
+        left,
+        started.elapsed().as_millis()
+    );
     if !report.empty {
         for tree in source.trees.iter() {
             tracing::warn!(stuck = left, "tree {} not empty after teardown", tree.id);

@@ -50,6 +50,7 @@ fn record_spawn_finish() {
         label: Some("life".into()),
         grace: Duration::from_secs(1),
         owner: OwnerSpec::Parent,
+        stdio_owner: true,
         tier: Tier::Subreaper,
         state_dir: Some(state.clone()),
     };
@@ -65,8 +66,15 @@ fn record_spawn_finish() {
     let row = || record_file::read(&file).unwrap().tree;
 
     // Recorded before anything runs: a record file, its lock held.
-    let mut tree =
-        Tree::record(&opts, id.clone(), Containment::Subreaper, &signaller, owner).unwrap();
+    let mut tree = Tree::record(
+        &opts,
+        id.clone(),
+        Containment::Subreaper,
+        &signaller,
+        owner,
+        GuardianKind::Run,
+    )
+    .unwrap();
     assert_eq!(row().state, StoredState::Running);
     assert!(FileLock::try_acquire(&file).unwrap().is_none(), "lock held");
 

@@ -504,6 +504,37 @@ impl Procfs {
         pids.sort_unstable();
         Ok(pids)
     }
+
+    /// The access modes (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, as fdinfo's `flags`
+    /// give them) of every fd of `pid` open on the pipe with inode `inode`.
+    pub fn pipe_ends(&self, pid: i32, inode: u64) -> Result<Vec<u32>, ProcError> {
+        let dir = self.pid_dir(pid).join("fd");
+        let entries = fs::read_dir(&dir).map_err(|e| map_io(pid, &dir, &e))?;
+        let wanted = format!("pipe:[{inode}]");
+        let mut modes = Vec::new();
+        for entry in entries.flatten() {
+            let Ok(target) = fs::read_link(entry.path()) else {
+                continue;
+            };
+            if target.as_os_str() != wanted.as_str() {
+                continue;
+            }
+            let info = self.pid_dir(pid).join("fdinfo").join(entry.file_name());
+            let Ok(text) = fs::read_to_string(&info) else {
+                continue;
+            };
+            if let Some(flags) = parse_fdinfo_flags(&text) {
+                modes.push(flags & 0o3);
+            }
+        }
+        Ok(modes)
+    }
+}
+
+/// The `flags:` field of a /proc/PID/fdinfo/N file (octal).
+pub fn parse_fdinfo_flags(text: &str) -> Option<u32> {
+    let line = text.lines().find_map(|l| l.strip_prefix("flags:"))?;
+    u32::from_str_radix(line.trim(), 8).ok()
 }
 
 #[cfg(test)]

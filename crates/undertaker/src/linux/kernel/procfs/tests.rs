@@ -515,3 +515,30 @@ fn start_times_are_read_as_the_initial_time_namespace_sees_them() {
     let expected = 8_640_015 - 86_400 * hz;
     assert_eq!(fake.procfs().stat(7).unwrap().starttime, expected);
 }
+
+#[test]
+fn fdinfo_flags_are_octal() {
+    let text = "pos:\t0\nflags:\t02000001\nmnt_id:\t15\nino:\t1234\n";
+    assert_eq!(parse_fdinfo_flags(text), Some(0o2000001));
+    assert_eq!(parse_fdinfo_flags(text).map(|f| f & 3), Some(1));
+    assert_eq!(parse_fdinfo_flags("pos:\t0\n"), None);
+    assert_eq!(parse_fdinfo_flags("flags:\t9\n"), None);
+}
+
+#[test]
+fn pipe_ends_tell_the_write_end_from_the_read_end() {
+    use std::os::fd::AsRawFd;
+    let (read, write) = rustix::pipe::pipe().unwrap();
+    let inode = rustix::fs::fstat(&read).unwrap().st_ino;
+    let procfs = Procfs::new();
+    let mut modes = procfs.pipe_ends(std::process::id() as i32, inode).unwrap();
+    modes.sort_unstable();
+    assert_eq!(modes, [0, 1], "read end O_RDONLY, write end O_WRONLY");
+    drop(write);
+    assert_eq!(
+        procfs.pipe_ends(std::process::id() as i32, inode).unwrap(),
+        [0],
+        "fd {} alone",
+        read.as_raw_fd()
+    );
+}

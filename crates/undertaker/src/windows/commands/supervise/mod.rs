@@ -154,17 +154,6 @@ fn emit(line: &str) {
     let _ = out.flush();
 }
 
-/// A successful reply, in the shape of its verb's type (protocol/wire.rs).
-fn ok_line(id: Option<&serde_json::Value>, answer: OkReply) -> String {
-    let op = answer.op();
-    let mut fields = match serde_json::to_value(&answer) {
-        Ok(serde_json::Value::Object(m)) => m,
-        _ => serde_json::Map::new(),
-    };
-    fields.remove("op");
-    reply::ok(op, id, fields)
-}
-
 struct Supervisor<'a> {
     setup: Setup<'a>,
     owner_id: Option<OwnerId>,
@@ -219,7 +208,7 @@ impl Supervisor<'_> {
             _ => None,
         };
         match self.answer(envelope.request) {
-            Ok(answer) => emit(&ok_line(envelope.id.as_ref(), answer)),
+            Ok(answer) => emit(&reply::ok(envelope.id.as_ref(), &answer)),
             Err(e) => emit(&reply::error(&e.answering(op, envelope.id, pgid))),
         }
     }
@@ -321,7 +310,7 @@ impl Supervisor<'_> {
                         ListedTree {
                             tree: t.id.to_string(),
                             kind: t.kind,
-                            pid: t.root_pid as i32,
+                            pid: Some(t.root_pid as i32),
                             pgid: alive.then_some(t.root_pid as i32),
                             label: t.label.clone(),
                             live: t.live(),
@@ -427,10 +416,14 @@ impl Supervisor<'_> {
         }
     }
 
-    /// Tears one tree down, closes its record, and sends a spawned root's status as
-    /// `exited`. Returns its processes still running afterwards.
-    fn close(&self, tree: Tree, why: &str) -> u64 {
+    /// Tears one tree down, closes its record; a spawned tree's root status goes out
+    /// as `exited` (at once when the root has already exited, else once the teardown
+    /// collected it), then `ended`. Returns its processes still running afterwards.
+    fn close(&self, mut tree: Tree, why: &str) -> u64 {
         tree.record.note(why);
+        if !tree.root_alive() {
+            self.root_exited(&mut tree);
+        }
         let mut entries = Vec::new();
         let outcome =
             teardown::teardown(&tree.job, tree.root_pid, self.esc, &mut |e| entries.push(e));
@@ -438,18 +431,28 @@ impl Supervisor<'_> {
         self.finish(tree, outcome)
     }
 
-    fn finish(&self, mut tree: Tree, outcome: Outcome) -> u64 {
-        let status = tree.root_status();
-        if let Some(status) = status {
-            emit(&reply::exited(&tree.id, tree.root_pid as i32, status));
+    /// Sends a spawned root's `exited` once (its status is collected then).
+    fn root_exited(&self, tree: &mut Tree) {
+        if tree.status.is_none() {
+            tree.status = tree.root_status();
+            if let Some(status) = tree.status {
+                emit(&reply::exited(&tree.id, tree.root_pid as i32, status));
+            }
         }
+    }
+
+    fn finish(&self, mut tree: Tree, outcome: Outcome) -> u64 {
+        self.root_exited(&mut tree);
         let live = match outcome {
-            Outcome::Stuck(n) => n as u64,
+            Outcome::Stuck(n) => n,
             _ => 0,
         };
+        if matches!(tree.root, tree::Root::Child(_)) {
+            emit(&reply::ended(&tree.id, live));
+        }
         tree.record
-            .finish(if live > 0 { Some(125) } else { status });
-        live
+            .finish(if live > 0 { Some(125) } else { tree.status });
+        live as u64
     }
 
     /// End of input, the owner's death or the console closing: every tree at once.

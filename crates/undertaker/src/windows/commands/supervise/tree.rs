@@ -31,6 +31,8 @@ pub struct Tree {
     pub label: Option<String>,
     pub record: Recorder,
     pub stop: Option<OwnedHandle>,
+    /// A spawned root's status, once collected (its `exited` was sent).
+    pub status: Option<i32>,
 }
 
 /// Where new trees are recorded, and whose they are.
@@ -56,7 +58,7 @@ impl Setup<'_> {
                 tracing::warn!("tree {id}: no stop event (undertaker kill cannot reach it): {e}")
             })
             .ok();
-        let record = Recorder::start(self.state_dir, label, &id, self.owner.clone())
+        let record = Recorder::start(self.state_dir, label, &id, self.owner.clone(), true)
             .map_err(|e| e.to_string())?;
         Ok((id, job, stop, record))
     }
@@ -107,6 +109,7 @@ impl Setup<'_> {
             label,
             record,
             stop,
+            status: None,
         })
     }
 
@@ -152,6 +155,7 @@ impl Setup<'_> {
             label,
             record,
             stop,
+            status: None,
         };
         Ok((tree, adopted))
     }
