@@ -242,16 +242,27 @@ def supervise_decoy_on_a_reused_pid_is_never_terminated(tag, state):
         check(k.get("ok") and k.get("live") == 0, f"kill: {k}")
     check(wait_for(lambda: not tree_processes(tag), 30), f"trees survived kill: {tagged(tag)}")
     dtag = "D" + tag[::-1]
-    keeper = h.wine([h.TREEPROG, "--decoys", dtag, "3000", *map(str, targets)],
-                    stdout=h.subprocess.PIPE, stderr=h.subprocess.DEVNULL, text=True)
-    decoys, spawns = [], "?"
-    for line in keeper.stdout:
-        if line.startswith("decoy "):
-            decoys.append(int(line.split()[1]))
-        if line.startswith("decoys done"):
-            spawns = line.split()[3]
-            break
-    check(decoys, f"no decoy got one of {targets} in {spawns} spawns")
+    decoys, spawns, keepers, notes = [], [], [], []
+    # A keeper whose CreateProcess fails stops early (it says why): another one
+    # goes on from there, three at most.
+    while not decoys and len(keepers) < 3:
+        keeper = h.wine([h.TREEPROG, "--decoys", dtag, "3000", *map(str, targets)],
+                        stdout=h.subprocess.PIPE, stderr=h.subprocess.DEVNULL, text=True)
+        keepers.append(keeper)
+        for line in keeper.stdout:
+            if line.startswith("decoy "):
+                decoys.append(int(line.split()[1]))
+            if line.startswith("decoys: "):
+                notes.append(line.strip())
+            if line.startswith("decoys done"):
+                spawns.append(line.split()[3])
+                break
+    if not decoys:
+        for keeper in keepers:
+            kill9(keeper.pid)
+        h.cleanup(dtag)
+    check(decoys, f"no decoy got one of {targets} in {'+'.join(spawns)} spawns {notes}")
+    keeper = keepers[-1]
     refusals = [host.ask(f"register {d}")["error"].get("reason") for d in decoys]
     refusals += [host.ask({"op": "adopt", "pid": d})["error"].get("reason") for d in decoys]
     before = count(dtag, "grandchild")
@@ -259,12 +270,13 @@ def supervise_decoy_on_a_reused_pid_is_never_terminated(tag, state):
     check(wait_for(lambda: not tagged(tag).get("supervisor"), 30), "supervisor still running")
     after = count(dtag, "grandchild")
     h.cleanup(dtag)
-    kill9(keeper.pid)
+    for keeper in keepers:
+        kill9(keeper.pid)
     check(set(refusals) == {"not_owner_child"}, f"register/adopt of a decoy: {refusals}")
     check(after == before == len(decoys), f"decoys {decoys}: {before} alive before, {after} after")
-    return (f"decoys on reused pids {decoys} (of roots {targets}, after {spawns} spawns): "
+    return (f"decoys on reused pids {decoys} (of roots {targets}, after {'+'.join(spawns)} spawns): "
             f"register/adopt refused not_owner_child, {after} of {len(decoys)} alive after the "
-            f"host's kill -9 and the teardown")
+            f"host's kill -9 and the teardown ({len(keepers)} keeper(s))")
 
 
 @test
