@@ -22,6 +22,7 @@ as abrupt). Tests that need Wine (a wineserver restart to force pid reuse) SKIP.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,7 +96,7 @@ def tagged(tag):
             continue
         if "hostprog" in cmd:
             role = "host"
-        elif "undertaker" in cmd and " supervise" in cmd:
+        elif "undertaker" in cmd and "supervise" in cmd:
             role = "supervisor"
         elif "undertaker" in cmd and " run " in cmd:
             role = "guardian"
@@ -157,7 +158,7 @@ def run_one(fn):
         print(f"FAIL {name}: {e}", flush=True)
     finally:
         cleanup(tag)
-        subprocess.run(["rm", "-rf", state]) if not NATIVE else None
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def ut(state, *args, **kw):
