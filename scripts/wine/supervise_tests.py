@@ -180,6 +180,11 @@ def supervise_protocol_answers_on_windows(tag, state):
     check(me["error"].get("reason") == "protected", f"register of the supervisor: {me}")
     owner = host.ask(f"register {hello['owner']['pid']}")
     check(owner["error"].get("reason") == "protected", f"register of the owner: {owner}")
+    # Every refusal is in the audit log too (a host may never read its replies).
+    log = json.loads(h.ut(state, "log", "--json").stdout or "[]")
+    logged = [e.get("refusal_code") for e in log
+              if e.get("actor") == "supervise" and e.get("event") == "refusal"]
+    check(logged.count("protected") == 2, f"refusals in the audit log: {logged}")
     missing = host.ask({"op": "kill", "tree": "0" * 32})
     check(missing["error"]["code"] in ("unknown_tree", "bad_request"), f"kill of no tree: {missing}")
     # A grandchild of the host is not the owner's child.
@@ -197,7 +202,8 @@ def supervise_protocol_answers_on_windows(tag, state):
     kept = count(tag, "cmd") + count(tag, "grandchild")
     check(kept == 2, f"a released tree lost processes: {tagged(tag)}")
     return (f"hello tier job; adopt without pid and by snapshot refused (bad_request); the "
-            f"supervisor and owner protected; register twice = one tree; released tree kept "
+            f"supervisor and owner protected (both in the audit log); register twice = one "
+            f"tree; released tree kept "
             f"{kept} processes past the host's death")
 
 

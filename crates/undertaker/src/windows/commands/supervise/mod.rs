@@ -10,6 +10,7 @@
 //! saying so. A reader thread feeds lines to the serve loop, which also watches the
 //! owner, the spawned roots and each tree's stop event (`undertaker kill`).
 
+mod refusals;
 mod tree;
 
 use crate::escalation::Escalation;
@@ -27,6 +28,7 @@ use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
 use crate::windows::proof::teardown::{self, Outcome};
 use crate::{RunError, SuperviseOptions, Tier};
+use refusals::RefusalLog;
 use std::io::{Read, Write};
 use std::os::windows::io::AsHandle;
 use std::sync::mpsc;
@@ -89,6 +91,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         me: sys::current_pid(),
         esc: Escalation::with_grace(opts.grace),
         trees: Vec::new(),
+        refusals: RefusalLog::new(opts.state_dir.clone()),
     };
     let end = sup.serve(&lines, &owner, &console);
     tracing::debug!("supervise: {end:?}: tearing every tree down");
@@ -160,6 +163,8 @@ struct Supervisor<'a> {
     me: u32,
     esc: Escalation,
     trees: Vec<Tree>,
+    /// Where refusals go besides the reply (a host may never read replies).
+    refusals: RefusalLog,
 }
 
 impl Supervisor<'_> {
@@ -207,9 +212,21 @@ impl Supervisor<'_> {
             Request::Register { pgid } | Request::Unregister { pgid } => Some(pgid),
             _ => None,
         };
+        let target = match envelope.request {
+            Request::Adopt { pid } => pid,
+            _ => pgid,
+        };
         match self.answer(envelope.request) {
             Ok(answer) => emit(&reply::ok(envelope.id.as_ref(), &answer)),
-            Err(e) => emit(&reply::error(&e.answering(op, envelope.id, pgid))),
+            Err(e) => {
+                let refusal = e.reason.map(|r| (r, e.message.clone()));
+                emit(&reply::error(&e.answering(op, envelope.id, pgid)));
+                // After the reply: the host is not kept waiting for the database.
+                if let Some((reason, message)) = refusal {
+                    self.refusals
+                        .refused(op.as_str(), target, reason.as_str(), &message);
+                }
+            }
         }
     }
 
