@@ -33,6 +33,10 @@ binary_for() { # npm platform -> path of its release binary
     linux-x64) triple=x86_64-unknown-linux-gnu ;;
     linux-x64-musl) triple=x86_64-unknown-linux-musl ;;
     linux-arm64) triple=aarch64-unknown-linux-gnu ;;
+    # Built by the release workflow's runners (docs/RELEASE.md), not on this machine.
+    darwin-arm64) triple=aarch64-apple-darwin ;;
+    darwin-x64) triple=x86_64-apple-darwin ;;
+    win32-x64) echo target/x86_64-pc-windows-msvc/release/undertaker.exe; return ;;
     *) echo "no Rust target known for $1" >&2; return 1 ;;
   esac
   echo "target/$triple/release/undertaker"
@@ -56,7 +60,7 @@ for platform in $platforms; do
   sed -e "s/@PLATFORM@/$platform/g" -e "s/@VERSION@/$version/" -e "s/@OS@/$os/" -e "s/@CPU@/$cpu/" \
     -e "s/@LIBC@/${libc:-glibc}/" npm/platform/package.json.in > "$dir/package.json"
   [ "$os" = linux ] || sed -i '/"libc"/d' "$dir/package.json"
-  install -m 0755 "$bin" "$dir/bin/undertaker"
+  install -m 0755 "$bin" "$dir/bin/$(basename "$bin")"
   printf '# process-undertaker-%s\n\nThe `undertaker` binary for %s, installed by the `process-undertaker` package\nthrough its optionalDependencies. Use `process-undertaker` instead.\n' \
     "$platform" "$platform" > "$dir/README.md"
   optional=$(node -e 'const o=JSON.parse(process.argv[1]);o[process.argv[2]]=process.argv[3];process.stdout.write(JSON.stringify(o))' \

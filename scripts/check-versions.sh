@@ -21,6 +21,8 @@ want=sys.argv[1]
 bad=[p["name"]+" "+p["version"] for p in json.load(sys.stdin)["packages"] if p["version"]!=want]
 print("\n".join(bad)); sys.exit(1 if bad else 0)' "$want" >/tmp/check-versions.$$ || bad "crates: $(cat /tmp/check-versions.$$)"
 rm -f /tmp/check-versions.$$
+grep -q "^undertaker = { path = \"crates/undertaker\", version = \"=$want\" }" Cargo.toml ||
+  bad "Cargo.toml's [workspace.dependencies] undertaker must pin version \"=$want\" (cargo publish needs it)"
 grep -q '^dynamic = \["version"\]' pyproject.toml || bad "pyproject.toml must take its version from Cargo.toml (dynamic = [\"version\"])"
 grep -q '^version' pyproject.toml && bad "pyproject.toml sets a version of its own"
 

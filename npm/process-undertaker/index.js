@@ -60,7 +60,8 @@ function findBin() {
         `--no-optional / --omit=optional); set UNDERTAKER_BIN to an undertaker binary`,
     );
   }
-  const bin = path.join(path.dirname(manifest), 'bin', 'undertaker');
+  const exe = process.platform === 'win32' ? 'undertaker.exe' : 'undertaker';
+  const bin = path.join(path.dirname(manifest), 'bin', exe);
   if (!isExecutable(bin)) {
     // Some package managers drop the mode bits of files outside "bin".
     try {

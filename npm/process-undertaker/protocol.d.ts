@@ -4,13 +4,13 @@
 /** The `code` of an error reply. */
 export type ErrorCode = 'line_too_long' | 'bad_json' | 'not_object' | 'unknown_op' | 'bad_request' | 'bad_pid' | 'bad_fds' | 'refused' | 'not_registered' | 'unknown_tree' | 'not_found' | 'not_executable' | 'spawn_failed';
 
-export type HeldTier = 'cgroup' | 'subreaper';
+export type HeldTier = 'cgroup' | 'subreaper' | 'job';
 
 /** The verbs of the protocol. */
 export type Op = 'register' | 'unregister' | 'hello' | 'spawn' | 'adopt' | 'kill' | 'release' | 'list';
 
 /** Why a `register` or `adopt` could not be proven (`error.reason`). */
-export type RefusalReason = 'no_such_process' | 'not_group_leader' | 'not_owner_child' | 'other_uid' | 'protected' | 'already_guarded' | 'unproven_group';
+export type RefusalReason = 'no_such_process' | 'not_group_leader' | 'not_owner_child' | 'other_uid' | 'protected' | 'already_guarded' | 'unproven_group' | 'other_job';
 
 /** How a tree came to be held. */
 export type TreeKind = 'spawn' | 'register' | 'adopt';

@@ -10,13 +10,13 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 #: The `code` of an error reply.
 ErrorCode = Literal["line_too_long", "bad_json", "not_object", "unknown_op", "bad_request", "bad_pid", "bad_fds", "refused", "not_registered", "unknown_tree", "not_found", "not_executable", "spawn_failed"]
 
-HeldTier = Literal["cgroup", "subreaper"]
+HeldTier = Literal["cgroup", "subreaper", "job"]
 
 #: The verbs of the protocol.
 Op = Literal["register", "unregister", "hello", "spawn", "adopt", "kill", "release", "list"]
 
 #: Why a `register` or `adopt` could not be proven (`error.reason`).
-RefusalReason = Literal["no_such_process", "not_group_leader", "not_owner_child", "other_uid", "protected", "already_guarded", "unproven_group"]
+RefusalReason = Literal["no_such_process", "not_group_leader", "not_owner_child", "other_uid", "protected", "already_guarded", "unproven_group", "other_job"]
 
 #: How a tree came to be held.
 TreeKind = Literal["spawn", "register", "adopt"]

@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
-"""The Windows tests: `undertaker.exe run` (x86_64-pc-windows-gnu) under Wine, driven
-from Linux, with treeprog.exe (scripts/wine/treeprog.c) as CMD.
+"""The Windows tests: `undertaker.exe run` and `undertaker.exe supervise`
+(x86_64-pc-windows-gnu) under Wine, driven from Linux, with treeprog.exe
+(scripts/wine/treeprog.c) as CMD and hostprog.exe (scripts/wine/hostprog.c) as the
+supervisor's host.
 
-Usage: WINEPREFIX=/abs/prefix test-windows.py UNDERTAKER_EXE TREEPROG_EXE [NAME...]
-(NAME: run only the tests whose name contains it; make the prefix with scripts/wine/setup-prefix.sh). Prints PASS/FAIL per test and
-`windows under wine: N passed, M failed`; exits 1 on any failure.
+Usage: WINEPREFIX=/abs/prefix test-windows.py [--native] UNDERTAKER_EXE TREEPROG_EXE HOSTPROG_EXE [NAME...]
+(NAME: run only the tests whose name contains it; make the prefix with
+scripts/wine/setup-prefix.sh). Prints PASS/FAIL/SKIP per test and
+`windows under wine: N passed, M failed` (`windows native: ...`); exits 1 on any
+failure.
 
 Every process a test starts carries a unique tag in its command line, which Wine
 shows in /proc/PID/cmdline: that is how the tests see Windows processes from Linux
 and what they kill with `kill -9` (only processes the test started). Where Wine
-differs from Windows, the test says so (WINE: ...)."""
+differs from Windows, the test says so (WINE: ...).
+
+`--native` runs the same tests on Windows itself (the ci workflow's windows job):
+the exes are started directly, processes are found by their command line through
+Win32_Process (PowerShell), and `kill -9` becomes `taskkill /F /PID` (TerminateProcess,
+as abrupt). Tests that need Wine (a wineserver restart to force pid reuse) SKIP."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,24 +30,48 @@ import tempfile
 import time
 import uuid
 
-UT, TREEPROG = sys.argv[1], sys.argv[2]
+ARGS = [a for a in sys.argv[1:] if a != "--native"]
+NATIVE = "--native" in sys.argv[1:]
+UT, TREEPROG, HOSTPROG = ARGS[0], ARGS[1], ARGS[2]
 ENV = dict(os.environ, WINEDEBUG="-all", UNDERTAKER_LOG="warn")
-FILTERS = sys.argv[3:]
+FILTERS = ARGS[3:]
 TESTS = []
 RESULTS = []
+SKIPPED = []
 
 
 def winpath(p):
+    if NATIVE:
+        return os.path.abspath(p)
     return "Z:" + os.path.abspath(p).replace("/", "\\")
 
 
 def wine(args, **kw):
-    return subprocess.Popen(["wine"] + args, env=ENV, **kw)
+    """Starts a Windows program: through Wine, or directly with --native."""
+    return subprocess.Popen(([] if NATIVE else ["wine"]) + args, env=ENV, **kw)
 
 
-def tagged(tag):
-    """Linux pids of the processes whose command line holds `tag`, by role."""
-    found = {}
+def kill9(pid):
+    """Ends a process at once, as `kill -9` does (native: TerminateProcess)."""
+    if NATIVE:
+        subprocess.run(["taskkill", "/F", "/PID", str(pid)], capture_output=True)
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def command_lines():
+    """(pid, command line) of every running process."""
+    if NATIVE:
+        out = subprocess.run(
+            ["powershell", "-NoProfile", "-Command",
+             "Get-CimInstance Win32_Process | Select-Object ProcessId,CommandLine | ConvertTo-Json"],
+            capture_output=True, text=True, timeout=60).stdout
+        rows = json.loads(out or "[]")
+        return [(r["ProcessId"], r.get("CommandLine") or "") for r in rows]
+    found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -49,9 +83,22 @@ def tagged(tag):
                     continue
         except OSError:
             continue
+        found.append((int(d), cmd))
+    return found
+
+
+def tagged(tag):
+    """Pids (Linux pids under Wine) of the processes whose command line holds `tag`,
+    by role."""
+    found = {}
+    for d, cmd in command_lines():
         if tag not in cmd:
             continue
-        if "undertaker.exe" in cmd and " run " in cmd:
+        if "hostprog" in cmd:
+            role = "host"
+        elif "undertaker" in cmd and "supervise" in cmd:
+            role = "supervisor"
+        elif "undertaker" in cmd and " run " in cmd:
             role = "guardian"
         elif "--owner" in cmd:
             role = "owner"
@@ -77,15 +124,21 @@ def wait_for(pred, limit, step=0.1):
 def cleanup(tag):
     for pids in tagged(tag).values():
         for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill9(pid)
 
 
 def test(fn):
     TESTS.append(fn)
     return fn
+
+
+class Skip(Exception):
+    pass
+
+
+def wine_only(why):
+    if NATIVE:
+        raise Skip(why)
 
 
 def run_one(fn):
@@ -97,18 +150,30 @@ def run_one(fn):
         detail = fn(tag, winpath(state)) or ""
         RESULTS.append(True)
         print(f"PASS {name} ({time.monotonic() - start:.1f} s) {detail}", flush=True)
+    except Skip as e:
+        SKIPPED.append(name)
+        print(f"SKIP {name}: {e}", flush=True)
     except Exception as e:  # noqa: BLE001 - every failure is reported, then counted
         RESULTS.append(False)
         print(f"FAIL {name}: {e}", flush=True)
     finally:
         cleanup(tag)
-        subprocess.run(["rm", "-rf", state])
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def ut(state, *args, **kw):
     return subprocess.run(
-        ["wine", UT, "--state-dir", state, *args], env=ENV, capture_output=True, text=True,
-        timeout=120, **kw)
+        ([] if NATIVE else ["wine"]) + [UT, "--state-dir", state, *args], env=ENV,
+        capture_output=True, text=True, timeout=120, **kw)
+
+
+def restart_wineserver():
+    """A fresh wineserver (only this prefix's processes, all started by these tests):
+    Wine hands out a freed id again only once 256 ids are free, oldest freed first
+    (WINE: Windows reuses pids sooner and in no documented order), so after a
+    restart the tree's ids are near the front of that queue."""
+    subprocess.run(["wineserver", "-k"], env=ENV, check=False)
+    subprocess.run(["wineserver", "-w"], env=ENV, check=False, timeout=60)
 
 
 def check(cond, why):
@@ -127,18 +192,17 @@ def exit_codes_are_cmds(tag, state):
     check(r.returncode == 127, f"missing CMD: exit {r.returncode}, want 127: {r.stderr}")
     r = ut(state, "run", "--tier", "cgroup", "--", TREEPROG)
     check(r.returncode == 125, f"--tier cgroup: exit {r.returncode}, want 125")
-    r = ut(state, "supervise")
-    check(r.returncode == 125 and "not available on Windows" in r.stderr,
-          f"supervise: exit {r.returncode}, want 125 with a reason: {r.stderr}")
-    return f"exit codes {seen}, missing CMD 127, --tier cgroup 125, supervise 125"
+    r = ut(state, "supervise", input="")
+    check(r.returncode == 0, f"supervise at end of input: exit {r.returncode}, want 0: {r.stderr}")
+    return f"exit codes {seen}, missing CMD 127, --tier cgroup 125, supervise 0 at end of input"
 
 
 @test
 def doctor_finds_the_job_tier_and_the_default_state_dir(tag, state):
     # The default state dir, %LOCALAPPDATA%\\undertaker: Wine sets LOCALAPPDATA from the
     # prefix's registry (a Linux value is overridden); the prefix is the tests' own.
-    r = subprocess.run(["wine", UT, "doctor", "--json"], env=ENV, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(([] if NATIVE else ["wine"]) + [UT, "doctor", "--json"], env=ENV,
+                       capture_output=True, text=True, timeout=120)
     check(r.returncode == 0, f"doctor exit {r.returncode}: {r.stderr}")
     d = json.loads(r.stdout)
     job = d["checks"].get("job_object_kill_on_close", {})
@@ -192,7 +256,7 @@ def kill_9_of_undertaker_kills_cmd_and_grandchild_without_sweep(tag, state):
     p, procs = start_tree(tag, state)
     check(procs.get("guardian") == [p.pid] or p.pid in procs.get("guardian", []),
           f"undertaker's Wine process {p.pid} not found among {procs}")
-    os.kill(p.pid, signal.SIGKILL)
+    kill9(p.pid)
     p.wait()
     # Waited for, not slept on: no sweep runs here, so a tree the kill -9 left stays
     # past any bound, and a loaded machine may take more than a moment.
@@ -211,7 +275,7 @@ def owner_death_tears_the_tree_down(tag, state):
     got = wait_for(lambda: (lambda t: t if "cmd" in t and "grandchild" in t else None)(tagged(tag)), 60)
     check(got, f"tree did not start: {tagged(tag)}")
     # The owner is the Windows parent of undertaker.exe; kill it from Linux.
-    os.kill(owner.pid, signal.SIGKILL)
+    kill9(owner.pid)
     owner.wait()
     left = wait_for(lambda: not tagged(tag), 30)
     check(left, f"alive 30 s after the owner died: {tagged(tag)}")
@@ -266,17 +330,13 @@ def kill_takes_a_label(tag, state):
 
 @test
 def decoy_on_a_reused_pid_is_never_terminated(tag, state):
-    # Wine hands out a freed id again only once 256 ids are free, oldest freed first
-    # (WINE: Windows reuses pids sooner and in no documented order). A fresh
-    # wineserver (only this prefix's processes, all started by these tests) puts the
-    # tree's ids near the front of that queue, so a few hundred spawns reach them.
-    subprocess.run(["wineserver", "-k"], env=ENV, check=False)
-    subprocess.run(["wineserver", "-w"], env=ENV, check=False, timeout=60)
+    wine_only("forcing pid reuse needs a wineserver restart")
+    restart_wineserver()
     p, procs = start_tree(tag, state)
     rows = json.loads(ut(state, "ps", "--json").stdout)
     row = rows[0]
     targets = [str(row["guardian_pid"]), str(row["root_pid"])]
-    os.kill(p.pid, signal.SIGKILL)
+    kill9(p.pid)
     p.wait()
     check(wait_for(lambda: not tagged(tag), 30), "tree survived")
     dtag = tag + "D"
@@ -302,10 +362,13 @@ def decoy_on_a_reused_pid_is_never_terminated(tag, state):
             f"kill (exit {kill.returncode}) and sweep (exit {sweep.returncode})")
 
 
+import supervise_tests  # noqa: E402 - the supervise tests use the helpers above
+
 for fn in TESTS:
     if not FILTERS or any(f in fn.__name__ for f in FILTERS):
         run_one(fn)
 passed = RESULTS.count(True)
 failed = RESULTS.count(False)
-print(f"windows under wine: {passed} passed, {failed} failed")
+where = "windows native" if NATIVE else "windows under wine"
+print(f"{where}: {passed} passed, {failed} failed, {len(SKIPPED)} skipped")
 sys.exit(1 if failed else 0)

@@ -88,7 +88,10 @@ int main(int argc, char **argv) {
                 memset(&si, 0, sizeof si);
                 si.cb = sizeof si;
                 snprintf(buf, sizeof buf, "%s", cmd);
-                if (!CreateProcessA(NULL, buf, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi)) break;
+                if (!CreateProcessA(NULL, buf, NULL, NULL, FALSE, 0, NULL, NULL, &si, &pi)) {
+                    printf("decoys: CreateProcess failed: %lu\n", GetLastError());
+                    break;
+                }
                 for (int j = i + 3; j < argc; j++)
                     if ((DWORD)atol(argv[j]) == pi.dwProcessId) hit = 1;
                 if (hit) {

@@ -183,11 +183,12 @@ impl Supervisor {
         self.child.lock().map(|c| c.id()).unwrap_or(0)
     }
 
-    /// The containment tier its trees get (`cgroup` or `subreaper`).
+    /// The containment tier its trees get (`cgroup`, `subreaper`, or `job` on Windows).
     pub fn tier(&self) -> &str {
         match self.hello.as_ref().map(|h| h.tier) {
             Some(HeldTier::Cgroup) => "cgroup",
             Some(HeldTier::Subreaper) => "subreaper",
+            Some(HeldTier::Job) => "job",
             None => "",
         }
     }

@@ -230,6 +230,9 @@ pub enum RefusalReason {
     Protected,
     AlreadyGuarded,
     UnprovenGroup,
+    // Windows: the process is in a job that cannot take ours as a child (before
+    // Windows 8), or the kernel refused nesting ours under its job.
+    OtherJob,
 }
 
 impl RefusalReason {
@@ -242,6 +245,7 @@ impl RefusalReason {
             RefusalReason::Protected => "protected",
             RefusalReason::AlreadyGuarded => "already_guarded",
             RefusalReason::UnprovenGroup => "unproven_group",
+            RefusalReason::OtherJob => "other_job",
         }
     }
 }

@@ -408,6 +408,7 @@ fn wire_names_are_the_names_the_replies_use() {
         RefusalReason::Protected,
         RefusalReason::AlreadyGuarded,
         RefusalReason::UnprovenGroup,
+        RefusalReason::OtherJob,
     ];
     for reason in reasons {
         assert_eq!(name(serde_json::to_value(reason).unwrap()), reason.as_str());

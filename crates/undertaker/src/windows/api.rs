@@ -18,10 +18,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
 }
 
 pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
-    let _ = opts;
-    Err(RunError::Setup(
-        "undertaker supervise is not available on Windows yet; `undertaker run` is (one Job Object per tree)".into(),
-    ))
+    crate::windows::commands::supervise::run(opts)
 }
 
 /// The state directory as every platform reads it (`log`).

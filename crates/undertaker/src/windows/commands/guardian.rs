@@ -8,11 +8,9 @@
 
 use crate::escalation::Escalation;
 use crate::identity::{TreeId, TREE_MARKER};
-use crate::registry::record_file::{Line, RecordWriter};
-use crate::registry::{
-    now_ms, state_dir, AuditEntry, GuardianRecord, OwnerRecord, RecordedTier, RootRecord,
-    TreeRecord,
-};
+use crate::registry::now_ms;
+use crate::registry::record_file::Line;
+use crate::windows::commands::record::Recorder;
 use crate::windows::contain::job::{Job, StartError};
 use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
@@ -61,13 +59,19 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         }
     }
     // 3. The record file (holding the liveness lock), before CMD exists.
-    let mut record = Recorder::start(opts, &tree, owner_record)?;
+    let mut record = Recorder::start(
+        opts.guard.state_dir.as_deref(),
+        opts.guard.label.clone(),
+        &tree,
+        owner_record,
+        false,
+    )?;
     // 4. CMD, in the job before its first instruction.
     let started = job
         .spawn(&opts.command, &[(TREE_MARKER, tree.as_str())])
         .map_err(|e| start_error(&opts.command, e))?;
     let mut child = started.child;
-    record.root(started.pid, &child);
+    record.root(started.pid, child.as_handle());
     // 5. Watch CMD, the owner and the stop event.
     let why = watch(&child, &owner, &stop)?;
     // 6. Tear down what is left of the tree.
@@ -128,91 +132,5 @@ fn watch(child: &std::process::Child, owner: &Owner, stop: &OwnedHandle) -> Resu
             tracing::error!("waiting on CMD and the owner: {e}");
             Ok(Why::Stop)
         }
-    }
-}
-
-/// The guardian's record file: coverage beats bookkeeping, so a state directory that
-/// cannot be used only loses the record (a warning), except an explicitly chosen
-/// unsafe one, which is a usage error.
-struct Recorder {
-    tree: TreeId,
-    writer: Option<RecordWriter>,
-}
-
-impl Recorder {
-    fn start(opts: &RunOptions, tree: &TreeId, owner: OwnerRecord) -> Result<Self, RunError> {
-        let mut rec = Recorder {
-            tree: tree.clone(),
-            writer: None,
-        };
-        let Some(dir) =
-            state_dir::for_recording(opts.guard.state_dir.as_deref(), 0, tree.as_str())?
-        else {
-            return Ok(rec);
-        };
-        let guardian = GuardianRecord {
-            pid: sys::current_pid() as i32,
-            starttime: sys::own_creation_time().unwrap_or(0),
-            pgid: 0,
-            pidfs_inode: None,
-            supervisor: false,
-        };
-        let record = TreeRecord::starting(
-            tree.to_string(),
-            BOOT_ID.into(),
-            opts.guard.label.clone(),
-            RecordedTier::Job,
-            guardian,
-            owner,
-        );
-        match RecordWriter::create(&dir, &record) {
-            Ok(w) => rec.writer = Some(w),
-            Err(e) => tracing::warn!("not recording tree {tree}: record file: {e}"),
-        }
-        Ok(rec)
-    }
-
-    fn write(&self, lines: &[Line]) {
-        if let Some(w) = &self.writer {
-            if let Err(e) = w.append(lines) {
-                tracing::warn!("record of {}: {e}", self.tree);
-            }
-        }
-    }
-
-    fn root(&self, pid: u32, child: &std::process::Child) {
-        let starttime = sys::creation_time(child.as_handle()).unwrap_or(0);
-        self.write(&[Line::Root(RootRecord {
-            pid: pid as i32,
-            starttime,
-            pgid: pid as i32,
-            sid: 0,
-            uid: 0,
-        })]);
-    }
-
-    fn note(&self, message: &str) {
-        self.write(&[Line::Audit(AuditEntry {
-            time_ms: now_ms(),
-            actor: "guardian".into(),
-            event: "note".into(),
-            message: Some(message.into()),
-            ..Default::default()
-        })]);
-    }
-
-    fn finish(&mut self, exit_status: Option<i32>) {
-        if let Some(w) = self.writer.take() {
-            if let Err(e) = w.finish(exit_status) {
-                tracing::warn!("recording end of {}: {e}", self.tree);
-            }
-        }
-    }
-}
-
-impl Drop for Recorder {
-    /// Early returns (CMD could not be started) still close the record.
-    fn drop(&mut self) {
-        self.finish(None);
     }
 }

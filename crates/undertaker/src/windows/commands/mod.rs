@@ -2,3 +2,5 @@
 pub mod doctor;
 pub mod guardian;
 pub mod reconcile;
+pub mod record;
+pub mod supervise;

@@ -5,7 +5,7 @@
 //! kill-on-close job that only the guardian holds, so a dead guardian's tree died with
 //! it: `sweep` has nothing to terminate and only closes the record. `kill` of a live
 //! tree sets the tree's stop event, which its guardian waits on, and waits for the
-//! guardian to finish; a guardian that does not finish in time is terminated through a
+//! guardian to finish (or, a supervisor, to close that tree's record); a guardian that does not finish in time is terminated through a
 //! handle proven by its recorded pid and creation time, and its job's kill-on-close
 //! ends the tree.
 
@@ -198,11 +198,25 @@ pub fn kill(ctx: &Context, selector: &str, grace: Duration) -> Result<TreeSweep,
         },
     );
     let patience = grace + KILL_CAP + Duration::from_secs(1);
-    let wait = |limit| {
-        matches!(
-            sys::wait_any(&[guardian.as_handle()], Some(limit)),
-            Ok(Some(0))
-        )
+    // Done when the guardian exits (`run`) or closes the tree's record, releasing its
+    // lock (a supervisor, which lives on with its other trees).
+    let wait = |limit: Duration| {
+        let end = std::time::Instant::now() + limit;
+        loop {
+            let step = end
+                .saturating_duration_since(std::time::Instant::now())
+                .min(Duration::from_millis(50));
+            if matches!(
+                sys::wait_any(&[guardian.as_handle()], Some(step)),
+                Ok(Some(0))
+            ) || !guardian_alive(ctx, &id)
+            {
+                return true;
+            }
+            if std::time::Instant::now() >= end {
+                return false;
+            }
+        }
     };
     if matches!(asked, Some(Ok(()))) && wait(patience) {
         let reason = "the guardian tore the tree down";

@@ -13,6 +13,12 @@ use std::os::windows::process::CommandExt;
 /// and leads its own console group, which the polite round reaches.
 const CREATION_FLAGS: u32 = 0x4 | 0x200;
 
+/// CREATE_BREAKAWAY_FROM_JOB: out of our own job, when it cannot hold a nested one.
+const CREATE_BREAKAWAY_FROM_JOB: u32 = 0x0100_0000;
+
+/// How a refused assignment's message starts (`start` retries with breakaway).
+const ASSIGN_REFUSED: &str = "assign to job";
+
 /// A tree's job. Dropping it closes the handle: if no other handle is open, the kernel
 /// terminates every member.
 #[derive(Debug)]
@@ -58,16 +64,45 @@ impl Job {
             .split_first()
             .ok_or_else(|| StartError::Contain("no command".into()))?;
         let mut cmd = std::process::Command::new(program);
-        cmd.args(args).creation_flags(CREATION_FLAGS);
+        cmd.args(args);
         for (k, v) in env {
             cmd.env(k, v);
         }
+        self.start(cmd)
+    }
+
+    /// Starts `cmd` (its program, arguments, environment, directory and stdio set by
+    /// the caller) suspended, assigns it, proves it a member and resumes it.
+    ///
+    /// When we are ourselves in a job (a host's, an IDE's) and the kernel cannot nest
+    /// ours under it (before Windows 8, and under Wine), the assignment is refused;
+    /// CMD is then started again with CREATE_BREAKAWAY_FROM_JOB, which that job must
+    /// allow (JOB_OBJECT_LIMIT_BREAKAWAY_OK), or the start fails saying so.
+    pub fn start(&self, mut cmd: std::process::Command) -> Result<Started, StartError> {
+        cmd.creation_flags(CREATION_FLAGS);
+        let first = self.start_once(&mut cmd);
+        let refused =
+            matches!(&first, Err(StartError::Contain(why)) if why.starts_with(ASSIGN_REFUSED));
+        if !refused || !sys::is_in_some_job(sys::current_process()).unwrap_or(false) {
+            return first;
+        }
+        cmd.creation_flags(CREATION_FLAGS | CREATE_BREAKAWAY_FROM_JOB);
+        self.start_once(&mut cmd).map_err(|e| match e {
+            StartError::Spawn(e) => StartError::Contain(format!(
+                "our own job does not nest ours and does not allow breakaway \
+                 (JOB_OBJECT_LIMIT_BREAKAWAY_OK): {e}"
+            )),
+            other => other,
+        })
+    }
+
+    fn start_once(&self, cmd: &mut std::process::Command) -> Result<Started, StartError> {
         let mut child = cmd.spawn().map_err(StartError::Spawn)?;
         let pid = child.id();
         let contained = (|| {
             let process = child.as_handle();
             sys::assign_to_job(self.handle(), process)
-                .map_err(|e| format!("assign to job: {e}"))?;
+                .map_err(|e| format!("{ASSIGN_REFUSED}: {e}"))?;
             if !sys::is_in_job(process, self.handle())
                 .map_err(|e| format!("IsProcessInJob: {e}"))?
             {

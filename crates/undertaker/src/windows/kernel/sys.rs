@@ -33,8 +33,8 @@ use windows_sys::Win32::System::Threading::{
     CreateEventW, GetCurrentProcess, GetCurrentProcessId, GetExitCodeProcess, GetProcessTimes,
     OpenEventW, OpenProcess, OpenThread, ResumeThread, SetEvent, TerminateProcess,
     WaitForMultipleObjects, EVENT_MODIFY_STATE, INFINITE, PROCESS_ACCESS_RIGHTS,
-    PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SYNCHRONIZE, PROCESS_TERMINATE,
-    THREAD_SUSPEND_RESUME,
+    PROCESS_QUERY_INFORMATION, PROCESS_QUERY_LIMITED_INFORMATION, PROCESS_SET_QUOTA,
+    PROCESS_SYNCHRONIZE, PROCESS_TERMINATE, THREAD_SUSPEND_RESUME,
 };
 
 /// What a process handle may be used for.
@@ -44,6 +44,8 @@ pub enum Access {
     Watch,
     /// Also terminate it.
     Terminate,
+    /// Also assign it to a job (`supervise`'s `register` and `adopt`).
+    Assign,
 }
 
 fn last_error() -> io::Error {
@@ -130,6 +132,40 @@ pub fn is_in_job(process: BorrowedHandle<'_>, job: BorrowedHandle<'_>) -> io::Re
     Ok(result != 0)
 }
 
+/// Whether `process` is in any job at all (the host's, say): assigning it to ours
+/// then nests (Windows 8+) or fails (earlier Windows, and Wine).
+pub fn is_in_some_job(process: BorrowedHandle<'_>) -> io::Result<bool> {
+    let mut result = 0;
+    // SAFETY: a live handle, a null job (any job) and an out pointer to a BOOL.
+    if unsafe { IsProcessInJob(raw(process), std::ptr::null_mut(), &mut result) } == 0 {
+        return Err(last_error());
+    }
+    Ok(result != 0)
+}
+
+/// Sets or clears the job's kill-on-close. Cleared before the last handle is
+/// dropped, the job's members outlive it (`supervise`'s `release`).
+pub fn set_kill_on_close(job: BorrowedHandle<'_>, on: bool) -> io::Result<()> {
+    // SAFETY: a zeroed plain-data struct is a valid value of it.
+    let mut info: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+    if on {
+        info.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+    }
+    // SAFETY: the struct and its exact size for this information class.
+    let ok = unsafe {
+        SetInformationJobObject(
+            raw(job),
+            JobObjectExtendedLimitInformation,
+            &info as *const _ as *const _,
+            std::mem::size_of_val(&info) as u32,
+        )
+    };
+    if ok == 0 {
+        return Err(last_error());
+    }
+    Ok(())
+}
+
 /// How many processes in the job are still running.
 pub fn job_active_processes(job: BorrowedHandle<'_>) -> io::Result<u32> {
     // SAFETY: a zeroed plain-data struct is a valid value of it.
@@ -213,21 +249,30 @@ pub fn resume_threads_of(pid: u32) -> io::Result<usize> {
 /// Windows, as under Wine from a Linux shell). A number only: the caller proves it.
 pub fn parent_pid() -> io::Result<u32> {
     let me = current_pid();
+    Ok(processes()?
+        .into_iter()
+        .find(|&(pid, _)| pid == me)
+        .map_or(0, |(_, parent)| parent))
+}
+
+/// Every process as a Toolhelp snapshot lists it: (pid, parent pid). The parent pid
+/// is a number Windows never updates: it may name a dead parent or a later process
+/// that took its number, so callers compare creation times.
+pub fn processes() -> io::Result<Vec<(u32, u32)>> {
     // SAFETY: plain call; the snapshot handle is owned below.
     let snap = owned(unsafe { CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0) })?;
     // SAFETY: a zeroed plain-data struct is a valid value of it.
     let mut entry: PROCESSENTRY32W = unsafe { std::mem::zeroed() };
     entry.dwSize = std::mem::size_of::<PROCESSENTRY32W>() as u32;
+    let mut all = Vec::new();
     // SAFETY: a live snapshot and an entry whose dwSize is set.
     let mut more = unsafe { Process32FirstW(raw(job_borrow(&snap)), &mut entry) } != 0;
     while more {
-        if entry.th32ProcessID == me {
-            return Ok(entry.th32ParentProcessID);
-        }
+        all.push((entry.th32ProcessID, entry.th32ParentProcessID));
         // SAFETY: as above.
         more = unsafe { Process32NextW(raw(job_borrow(&snap)), &mut entry) } != 0;
     }
-    Ok(0)
+    Ok(all)
 }
 
 pub fn current_pid() -> u32 {
@@ -239,8 +284,14 @@ pub fn current_pid() -> u32 {
 /// reused while it is open, so whatever is proven through it stays true.
 pub fn open_process(pid: u32, access: Access) -> io::Result<OwnedHandle> {
     let mut rights: PROCESS_ACCESS_RIGHTS = PROCESS_SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION;
-    if access == Access::Terminate {
-        rights |= PROCESS_TERMINATE;
+    match access {
+        Access::Watch => {}
+        Access::Terminate => rights |= PROCESS_TERMINATE,
+        // IsProcessInJob through the handle: Wine wants the full query right where
+        // Windows takes the limited one (scripts/wine/test-windows.py, WINE notes).
+        Access::Assign => {
+            rights |= PROCESS_TERMINATE | PROCESS_SET_QUOTA | PROCESS_QUERY_INFORMATION
+        }
     }
     // SAFETY: plain call.
     owned(unsafe { OpenProcess(rights, 0, pid) })
@@ -266,10 +317,14 @@ pub fn creation_time(process: BorrowedHandle<'_>) -> io::Result<u64> {
 }
 
 pub fn own_creation_time() -> io::Result<u64> {
+    creation_time(current_process())
+}
+
+/// The pseudo-handle of the current process.
+pub fn current_process() -> BorrowedHandle<'static> {
     // SAFETY: the pseudo-handle of the current process is always valid and needs no
     // closing.
-    let me = unsafe { BorrowedHandle::borrow_raw(GetCurrentProcess() as _) };
-    creation_time(me)
+    unsafe { BorrowedHandle::borrow_raw(GetCurrentProcess() as _) }
 }
 
 /// The exit code of a process that has exited (`None` while it runs).

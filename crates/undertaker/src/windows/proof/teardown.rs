@@ -79,6 +79,58 @@ pub fn teardown(
     }
 }
 
+/// Tears down several trees at once (`supervise` at end of input or owner death):
+/// one polite round to every tree, one grace for all, then `TerminateJobObject` for
+/// what is left and one kill cap for all. `audit(i, entry)` names tree `i` of `trees`
+/// (each a job and its root's pid, which names its console group).
+pub fn teardown_together(
+    trees: &[(&Job, u32)],
+    esc: Escalation,
+    audit: &mut dyn FnMut(usize, AuditEntry),
+) -> Vec<Outcome> {
+    let all_empty = || trees.iter().all(|(job, _)| remaining(job) == 0);
+    let mut asked = false;
+    for (i, (job, root)) in trees.iter().enumerate() {
+        if remaining(job) > 0 {
+            let polite = sys::ctrl_break(*root);
+            asked |= polite.is_ok();
+            audit(
+                i,
+                entry(
+                    "CTRL_BREAK",
+                    Some(*root),
+                    "job+console-group",
+                    &polite,
+                    "to the root's console group",
+                ),
+            );
+        }
+    }
+    if asked {
+        wait_until(&all_empty, esc.grace);
+    }
+    let mut terminated = vec![false; trees.len()];
+    for (i, (job, _)) in trees.iter().enumerate() {
+        let members = remaining(job);
+        if members > 0 {
+            let killed = job.terminate(TERMINATED_EXIT_CODE);
+            terminated[i] = true;
+            let what = format!("{members} member(s) in the job");
+            audit(i, entry("TerminateJobObject", None, "job", &killed, &what));
+        }
+    }
+    wait_until(&all_empty, esc.kill_cap);
+    trees
+        .iter()
+        .zip(terminated)
+        .map(|((job, _), killed)| match (remaining(job), killed) {
+            (0, true) => Outcome::Killed,
+            (0, false) => Outcome::Gone,
+            (n, _) => Outcome::Stuck(n),
+        })
+        .collect()
+}
+
 /// Running members of the job: the kernel's count, else its member list.
 pub fn remaining(job: &Job) -> usize {
     match job.active() {
@@ -89,10 +141,15 @@ pub fn remaining(job: &Job) -> usize {
 
 /// Waits up to `limit` for the job to have no running member.
 fn wait_empty(job: &Job, limit: Duration) -> bool {
+    wait_until(&|| remaining(job) == 0, limit)
+}
+
+/// Waits up to `limit` for `done`, checking at growing intervals.
+fn wait_until(done: &dyn Fn() -> bool, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     let mut pause = Duration::from_millis(1);
     loop {
-        if remaining(job) == 0 {
+        if done() {
             return true;
         }
         let now = Instant::now();
