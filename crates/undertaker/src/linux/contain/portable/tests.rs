@@ -19,10 +19,14 @@ const INSIDE: &str = "UNDERTAKER_PORTABLE_TEST_INSIDE_PIDNS";
 /// Re-runs `test_name` as PID 1 of a private PID namespace (where it can only see
 /// what it started) and returns false; true when already inside. Without one: skip,
 /// except under CI=true.
-fn isolate(test_name: &str) -> bool {
+fn isolate(name: &str) -> bool {
     if std::env::var_os(INSIDE).is_some() {
         return true;
     }
+    // The test's full name as libtest knows it: this module's path without the crate
+    // (the platform module is `os`, whatever its folder is called).
+    let module = module_path!().split_once("::").map_or("", |(_, rest)| rest);
+    let test_name = &format!("{module}::{name}");
     let mut cmd = Command::new("unshare");
     if !rustix::process::geteuid().is_root() {
         cmd.args(["--user", "--map-root-user"]);
@@ -36,7 +40,7 @@ fn isolate(test_name: &str) -> bool {
         .output();
     let skip = |why: String| {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
-        eprintln!("SKIP {test_name}: {why}");
+        eprintln!("skipped: {why}");
         false
     };
     let out = match out {
@@ -110,7 +114,7 @@ fn kill_own(pid: i32) {
 
 #[test]
 fn escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link() {
-    if !isolate("linux::contain::portable::tests::escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link") {
+    if !isolate("escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link") {
         return;
     }
     let procfs = Procfs::new();
@@ -187,7 +191,7 @@ fn escape_zoo_is_torn_down_except_the_scrubbed_orphan_linux_cannot_link() {
 /// delivery to the member must refuse, and the stranger lives.
 #[test]
 fn a_stranger_on_a_recycled_member_number_is_never_signalled() {
-    if !isolate("linux::contain::portable::tests::a_stranger_on_a_recycled_member_number_is_never_signalled") {
+    if !isolate("a_stranger_on_a_recycled_member_number_is_never_signalled") {
         return;
     }
     let procfs = Procfs::new();
