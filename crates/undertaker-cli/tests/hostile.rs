@@ -86,38 +86,7 @@ fn long_label_is_refused_at_run_and_never_breaks_ps() {
     assert_eq!(text(&out.stderr).trim().lines().count(), 1);
 
     // A row with such a label may still exist (older versions wrote them): ps copes.
-    use undertaker::registry::*;
-    let dir = StateDir::prepare(&state, rustix::process::getuid().as_raw()).unwrap();
-    let reg = Registry::open(&dir, &boot_id()).unwrap();
-    reg.insert_tree(&TreeRecord {
-        id: "ab".repeat(16),
-        boot_id: boot_id(),
-        label: Some(long.clone()),
-        tier: RecordedTier::Subreaper,
-        state: StoredState::Finished,
-        guardian: GuardianRecord {
-            pid: 999_999,
-            starttime: 1,
-            pgid: 999_999,
-            pidfs_inode: None,
-            supervisor: false,
-        },
-        root: None,
-        owner: OwnerRecord {
-            kind: OwnerKind::Parent,
-            pid: None,
-            starttime: None,
-        },
-        cgroup_path: None,
-        cgroup_id: None,
-        created_ms: now_ms(),
-        updated_ms: now_ms(),
-        finished_ms: Some(now_ms()),
-        exit_status: Some(0),
-        start: None,
-    })
-    .unwrap();
-    drop(reg);
+    undertaker::testing::insert_finished_tree(&state, &"ab".repeat(16), &boot_id(), &long);
     let ps = ut_within(&state, &["ps", "--all"], Duration::from_secs(60)).expect("ps hung");
     assert_eq!(ps.status.code(), Some(0), "{}", text(&ps.stderr));
     assert_eq!(text(&ps.stdout).lines().count(), 2);

@@ -72,12 +72,14 @@ pub(crate) mod ladder;
 #[allow(dead_code)]
 pub(crate) mod portable;
 pub mod protocol;
-pub mod registry;
+// Read and written by the platform modules; on a platform with none yet, unused.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) mod registry;
 pub mod report;
-pub mod selector;
+pub(crate) mod selector;
 pub mod settings;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub mod snapshot;
+pub(crate) mod snapshot;
 // The platform, chosen once: each module exports the same commands (`run`, `ps`, …,
 // `lock_file`) for api.rs; a port adds one sibling folder and one arm here
 // (docs/PORTING.md). Inside a platform its layers keep their own name.
@@ -106,4 +108,7 @@ pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
 pub mod testing;
 
 pub use error::{Error, RunError};
+// The registry's types that reports and errors show (the registry itself is internal).
 pub use options::{GuardOptions, OwnerSpec, RunOptions, SuperviseOptions, Tier};
+pub use registry::{AuditEntry, HostEvidence, OwnerKind, RecordedTier, RegistryError};
+pub use selector::SelectError;

@@ -49,3 +49,40 @@ pub fn tree_cgroups_named(name: &str) -> Vec<PathBuf> {
         .filter(|p| p.ends_with(name))
         .collect()
 }
+
+/// Writes a finished tree labelled `label` straight into the registry of `state_dir`,
+/// as older versions could (labels longer than today's limit): what `ps` must cope with.
+pub fn insert_finished_tree(state_dir: &std::path::Path, id: &str, boot_id: &str, label: &str) {
+    use crate::registry::*;
+    let dir = StateDir::prepare(state_dir, rustix::process::getuid().as_raw()).unwrap();
+    let reg = Registry::open(&dir, boot_id).unwrap();
+    let now = now_ms();
+    reg.insert_tree(&TreeRecord {
+        id: id.into(),
+        boot_id: boot_id.into(),
+        label: Some(label.into()),
+        tier: RecordedTier::Subreaper,
+        state: StoredState::Finished,
+        guardian: GuardianRecord {
+            pid: 999_999,
+            starttime: 1,
+            pgid: 999_999,
+            pidfs_inode: None,
+            supervisor: false,
+        },
+        root: None,
+        owner: OwnerRecord {
+            kind: OwnerKind::Parent,
+            pid: None,
+            starttime: None,
+        },
+        cgroup_path: None,
+        cgroup_id: None,
+        created_ms: now,
+        updated_ms: now,
+        finished_ms: Some(now),
+        exit_status: Some(0),
+        start: None,
+    })
+    .unwrap();
+}

@@ -1,20 +1,22 @@
 //! The `undertaker supervise` wire protocol (docs/SUPERVISE.md), as pure values.
 //!
-//! Nothing here touches a process: [`framing`] cuts a byte stream into bounded lines,
-//! [`parse_line`] turns one line into a typed [`Request`] or a typed [`ProtocolError`],
-//! and [`reply`] writes the JSON lines that go back; a client serializes a
+//! Nothing here touches a process: `framing` cuts a byte stream into bounded lines,
+//! `parse_line` turns one line into a typed [`Request`] or a typed [`ProtocolError`],
+//! and `reply` writes the JSON lines that go back; a client serializes a
 //! [`Request`] (or an [`Envelope`], with its `id`) to write one. The supervisor
 //! decides what a request does; this module only decides what it says.
 
 mod encode;
-pub mod framing;
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) mod framing;
 mod parse;
-pub mod reply;
+#[cfg_attr(not(any(target_os = "linux", windows)), allow(dead_code))]
+pub(crate) mod reply;
 #[cfg(feature = "schema")]
 pub mod schema;
 pub mod wire;
 
-pub use parse::parse_line;
+pub(crate) use parse::parse_line;
 
 #[cfg(feature = "schema")]
 use schemars::JsonSchema;

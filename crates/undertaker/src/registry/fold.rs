@@ -30,6 +30,7 @@ impl Registry {
     /// returns the records of live trees (lock held), read as they are now. A file of
     /// another boot is removed unfolded: its processes are gone, and the database
     /// keeps only this boot's trees.
+    #[cfg(test)]
     pub fn fold(&self, dir: &StateDir, boot_id: &str) -> Vec<ReadRecord> {
         self.fold_at_most(dir, boot_id, usize::MAX)
     }

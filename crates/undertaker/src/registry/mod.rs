@@ -365,6 +365,7 @@ impl Registry {
             .map_err(|e| self.err(e))
     }
 
+    #[cfg(test)]
     pub fn set_root(&self, id: &str, root: &RootRecord) -> Result<(), RegistryError> {
         self.update(
             "UPDATE trees SET root_pid = ?2, root_starttime = ?3, root_pgid = ?4,
@@ -381,14 +382,7 @@ impl Registry {
         )
     }
 
-    /// For the cgroup tier: where the tree's cgroup is.
-    pub fn set_cgroup(&self, id: &str, path: &str, cgroup_id: u64) -> Result<(), RegistryError> {
-        self.update(
-            "UPDATE trees SET cgroup_path = ?2, cgroup_id = ?3, updated_ms = ?4 WHERE id = ?1",
-            params![id, path, cgroup_id as i64, now_ms()],
-        )
-    }
-
+    #[cfg(test)]
     pub fn set_reaping(&self, id: &str) -> Result<(), RegistryError> {
         self.update(
             "UPDATE trees SET state = 'reaping', updated_ms = ?2
@@ -449,11 +443,6 @@ impl Registry {
 
     pub fn append_audit(&self, e: &AuditEntry) -> Result<(), RegistryError> {
         self.append_audit_batch(std::slice::from_ref(e))
-    }
-
-    /// Gives SQLite's page cache back (a guardian idles for hours between writes).
-    pub fn release_memory(&self) {
-        let _ = self.conn.release_memory();
     }
 
     /// Appends many entries in one transaction: one WAL commit instead of one per

@@ -126,10 +126,6 @@ impl StateDir {
         Ok(dir)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     pub fn db_path(&self) -> PathBuf {
         self.path.join("registry.db")
     }
