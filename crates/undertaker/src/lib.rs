@@ -87,13 +87,24 @@ mod os;
 #[cfg(windows)]
 #[path = "windows/mod.rs"]
 mod os;
-#[cfg(not(any(target_os = "linux", windows)))]
+#[cfg(target_os = "macos")]
+#[path = "macos/mod.rs"]
+mod os;
+#[cfg(not(any(target_os = "linux", windows, target_os = "macos")))]
 #[path = "unsupported.rs"]
 mod os;
 #[cfg(target_os = "linux")]
 use os as linux;
+#[cfg(target_os = "macos")]
+use os as macos;
 #[cfg(windows)]
 use os as windows;
+// The macOS backend's byte parsers are pure: every platform's tests run them on
+// fixtures (docs/PORTING.md, "macOS"); on macOS they are the backend's own module.
+#[cfg(all(test, not(target_os = "macos")))]
+#[allow(dead_code)] // the flavor number is for macos/kernel/sys.rs only
+#[path = "macos/kernel/parse.rs"]
+mod macos_parse;
 /// A process-wrap layer for tokio hosts such as rmcp (feature `process-wrap`).
 #[cfg(all(target_os = "linux", feature = "process-wrap"))]
 pub mod wrap;
