@@ -99,12 +99,19 @@ use os as linux;
 use os as macos;
 #[cfg(windows)]
 use os as windows;
-// The macOS backend's byte parsers are pure: every platform's tests run them on
-// fixtures (docs/PORTING.md, "macOS"); on macOS they are the backend's own module.
+// The macOS backend's pure halves (its byte parsers, its delivery rule) compiled into
+// every platform's tests at their macOS paths, so Linux runs them on fixtures
+// (docs/PORTING.md, "macOS"); on macOS they are the backend's own modules.
 #[cfg(all(test, not(target_os = "macos")))]
-#[allow(dead_code)] // the flavor number is for macos/kernel/sys.rs only
-#[path = "macos/kernel/parse.rs"]
-mod macos_parse;
+#[allow(dead_code)] // what only macos/kernel/sys.rs uses
+mod macos {
+    pub mod kernel {
+        pub mod parse;
+    }
+    pub mod proof {
+        pub mod delivery;
+    }
+}
 /// A process-wrap layer for tokio hosts such as rmcp (feature `process-wrap`).
 #[cfg(all(target_os = "linux", feature = "process-wrap"))]
 pub mod wrap;

@@ -31,34 +31,13 @@ impl MacOs {
     }
 }
 
-/// A flavor-18 answer as the core's facts; a zombie is no live process.
-pub fn facts_of(info: &parse::BsdInfo) -> Option<Facts> {
-    if info.is_zombie() {
-        return None;
-    }
-    Some(Facts {
-        pid: info.pid,
-        ppid: info.ppid,
-        pgid: info.pgid,
-        uid: info.uid,
-        start: info.start_us,
-        serial: info.uniqueid,
-        // launchd's children and kernel_task have no parent worth linking to.
-        parent_serial: (info.puniqueid != 0).then_some(info.puniqueid),
-        version: Some(info.version),
-        // A reserved zero before macOS 15.4.
-        orig_parent_version: (info.orig_ppidversion != 0).then_some(info.orig_ppidversion),
-        stopped: info.is_stopped(),
-    })
-}
-
 impl ProcessTable for MacOs {
     fn pids(&mut self) -> Vec<i32> {
         sys::all_pids().unwrap_or_default()
     }
 
     fn facts(&mut self, pid: i32) -> Option<Facts> {
-        facts_of(&sys::bsd_info(pid).ok()?)
+        sys::bsd_info(pid).ok()?.facts()
     }
 
     fn children(&mut self, pid: i32) -> Vec<i32> {

@@ -6,6 +6,8 @@
 //! `proc_info_private.h`; on macOS, `kernel/sys.rs` also checks them against libc's
 //! `proc_bsdinfo` at compile time.
 
+use crate::portable::Facts;
+
 /// `PROC_PIDT_BSDINFOWITHUNIQID`: `proc_bsdinfo` and `proc_uniqidentifierinfo` in one
 /// read, so the identity and the facts describe the same moment.
 pub const PROC_PIDT_BSDINFOWITHUNIQID: i32 = 18;
@@ -66,6 +68,27 @@ impl BsdInfo {
 
     pub fn is_stopped(&self) -> bool {
         self.status == SSTOP
+    }
+
+    /// The portable core's facts; `None` for a zombie (no live process).
+    pub fn facts(&self) -> Option<Facts> {
+        if self.is_zombie() {
+            return None;
+        }
+        Some(Facts {
+            pid: self.pid,
+            ppid: self.ppid,
+            pgid: self.pgid,
+            uid: self.uid,
+            start: self.start_us,
+            serial: self.uniqueid,
+            // kernel_task's is 0: nothing links to it.
+            parent_serial: (self.puniqueid != 0).then_some(self.puniqueid),
+            version: Some(self.version),
+            // A reserved zero before macOS 15.4.
+            orig_parent_version: (self.orig_ppidversion != 0).then_some(self.orig_ppidversion),
+            stopped: self.is_stopped(),
+        })
     }
 }
 
@@ -170,8 +193,5 @@ impl<'a> ProcArgs<'a> {
     }
 }
 
-// A sibling file by path, so that the same file is found whether this module is the
-// macOS backend's or lib.rs's test-only copy for other platforms.
 #[cfg(test)]
-#[path = "parse_tests.rs"]
 mod tests;

@@ -251,3 +251,43 @@ fn no_environment_at_all_is_an_empty_one() {
     assert!(args.env.is_empty());
     assert_eq!(args.argv, [&b"true"[..]]);
 }
+
+#[test]
+fn facts_carry_the_identity_and_leave_out_zombies_and_reserved_zeros() {
+    let info = bsdinfo_with_uniqid(&flavor18(3)).unwrap();
+    let facts = info.facts().expect("alive");
+    assert_eq!(
+        (
+            facts.serial,
+            facts.parent_serial,
+            facts.version,
+            facts.orig_parent_version
+        ),
+        (90_001, Some(90_000), Some(777), Some(776))
+    );
+    assert_eq!(
+        (facts.pid, facts.ppid, facts.pgid, facts.uid),
+        (4242, 4241, 4240, 501)
+    );
+    assert!(!facts.stopped);
+    assert!(
+        bsdinfo_with_uniqid(&flavor18(4))
+            .unwrap()
+            .facts()
+            .unwrap()
+            .stopped
+    );
+    assert_eq!(bsdinfo_with_uniqid(&flavor18(5)).unwrap().facts(), None);
+    // Before macOS 15.4 the field is a reserved zero: no version link.
+    let mut b = flavor18(3);
+    let at = BSDINFO_SIZE + uniqid::ORIG_PPIDVERSION;
+    b[at..at + 4].copy_from_slice(&0u32.to_ne_bytes());
+    assert_eq!(
+        bsdinfo_with_uniqid(&b)
+            .unwrap()
+            .facts()
+            .unwrap()
+            .orig_parent_version,
+        None
+    );
+}
