@@ -1,6 +1,7 @@
 //! CMD must start with no blocked signals: the guardian blocks the ones its signalfd
 //! reads, and a blocked mask is inherited across fork and exec, so a leaked mask makes
 //! CMD ignore SIGTERM (teardown then always waits out the grace period) and SIGINT.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Hostile conditions: each test reproduces one way undertaker broke when tried
 //! adversarially (docs/RELIABILITY.md, "Hostile conditions"), each in a private PID
 //! namespace with its own scratch state dir.
+#![cfg(target_os = "linux")]
 
 mod common;
 

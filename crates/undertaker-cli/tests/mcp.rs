@@ -3,6 +3,7 @@
 //! `.ci/run` installs the server with npm into target/mcp-server; elsewhere the test
 //! is skipped when it is not installed (`UNDERTAKER_MCP_SERVER` may point at its
 //! dist/index.js).
+#![cfg(target_os = "linux")]
 
 mod common;
 

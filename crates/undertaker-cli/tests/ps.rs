@@ -1,6 +1,7 @@
 //! `ps` counts a tree's live processes as its cgroup's and its marked ones, and reads
 //! the environment only of processes no tree cgroup holds (docs/BENCHMARKS.md, "`ps`
 //! with 1 000 live trees").
+#![cfg(target_os = "linux")]
 
 mod common;
 

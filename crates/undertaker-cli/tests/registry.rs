@@ -1,5 +1,6 @@
 //! The registry end to end: orphaned trees are found and swept with proof, decoys are
 //! never touched, and bad state (corrupt database, unsafe directory) is handled.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! `undertaker run` end to end, with real processes and real `kill -9`.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! holds undertaker's stdin and stdout and starts it through a launcher that outlives
 //! it (`sh -c '"$0" "$@"; exit $?'`, `npx`, `uvx`) is `kill -9`ed; the tree goes with
 //! it. And the shapes where the rule must not fire keep their behaviour.
+#![cfg(target_os = "linux")]
 
 mod common;
 

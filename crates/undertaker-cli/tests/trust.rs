@@ -1,6 +1,7 @@
 //! Trust nothing on disk or in a namespace (issue 17): what sweep, self-healing and the
 //! registry read is checked before it decides anything, and the guardian never stalls
 //! on it. Each test runs in a private PID namespace with its own scratch state dir.
+#![cfg(target_os = "linux")]
 
 mod common;
 

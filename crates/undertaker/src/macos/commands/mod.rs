@@ -1,0 +1,2 @@
+//! The commands layer: what works on macOS today (`doctor`).
+pub mod doctor;
