@@ -106,6 +106,8 @@ mod linux_main {
         if wanted("spawn") {
             progress("spawn");
             ms.push(scenarios::spawn(&env, &cfg));
+            progress("spawn_cpu");
+            ms.push(scenarios::spawn_cpu(&env, &cfg));
         }
         if wanted("exit_latency") {
             progress("exit_latency");
