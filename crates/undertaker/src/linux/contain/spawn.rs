@@ -184,10 +184,11 @@ fn cwd_unusable(dir: &std::path::Path) -> Option<String> {
         .map(|e| format!("cannot enter: {e}"))
 }
 
-/// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
-/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
+/// Starts CMD with one clone3, inside the tree's cgroup when there is one (see
+/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot, or the command needs
+/// stdio or a cwd of its own; use [`spawn_with_std`].
 pub(crate) fn spawn_directly_into(
-    cg: &CgroupTree,
+    cg: Option<&CgroupTree>,
     launch: &Launch<'_>,
 ) -> std::io::Result<Option<(i32, OwnedFd)>> {
     use std::ffi::CString;
@@ -219,12 +220,17 @@ pub(crate) fn spawn_directly_into(
         nofile_soft: launch.nofile,
         own_session: launch.own_session,
     };
-    let dir = rustix::fs::open(
-        &cg.path,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    sys::spawn_into_cgroup(&spec, dir.as_fd())
+    let dir = match cg {
+        Some(cg) => Some(rustix::fs::open(
+            &cg.path,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?),
+        None => None,
+    };
+    sys::spawn_into_cgroup(&spec, dir.as_ref().map(|d| d.as_fd()))
 }
 
 /// True when CMD should lead its own session: this process has no controlling

@@ -268,6 +268,13 @@ pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
     (rc == 0).then_some(()).ok_or_else(io::Error::last_os_error)
 }
 
+/// Our process group id; 0 when the group lives outside our PID namespace (what
+/// /proc/self/stat shows then too, and which rustix's `getpgrp` refuses).
+pub fn process_group() -> i32 {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::getpgrp() }
+}
+
 /// Ends a forked child at once: no atexit handlers, no flushing of buffers that
 /// belong to the parent's copy of stdio.
 pub fn exit_immediately(code: i32) -> ! {

@@ -156,11 +156,14 @@ pub struct Signaller {
 impl Signaller {
     /// Reads our own pid, real process group, uid, ancestors and boot id from /proc.
     pub fn for_current_process(procfs: Procfs) -> Result<Self, ProcError> {
-        let pid = std::process::id() as i32;
-        let stat = procfs.stat(pid)?;
-        let uid = procfs.real_uid(pid)?;
+        // Our own facts come from system calls: no /proc read on `run`'s start path
+        // for what the kernel tells directly (issue 30).
+        use rustix::process::{getpid, getppid, getuid};
+        let pid = getpid().as_raw_nonzero().get();
+        let pgrp = crate::linux::kernel::sys::process_group();
+        let uid = getuid().as_raw();
         let mut ancestors = Vec::new();
-        let mut cursor = stat.ppid;
+        let mut cursor = getppid().map_or(0, |p| p.as_raw_nonzero().get());
         while cursor > 0 && ancestors.len() < 4096 {
             ancestors.push(cursor);
             match procfs.stat(cursor) {
@@ -172,7 +175,7 @@ impl Signaller {
         Ok(Self {
             me: SelfFacts {
                 pid,
-                pgrp: stat.pgrp,
+                pgrp,
                 uid,
                 ancestors,
                 owner_line: Vec::new(),
@@ -180,7 +183,7 @@ impl Signaller {
                 protected_groups: Vec::new(),
             },
             procfs,
-            host_pgrp: stat.pgrp,
+            host_pgrp: pgrp,
         })
     }
 

@@ -262,30 +262,37 @@ pub struct ExecSpec {
     pub own_session: bool,
 }
 
-/// Starts `spec` directly inside the cgroup `cgroup_dir` (an open cgroup2 directory)
-/// with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)`: no migration through cgroup.procs
-/// (whose RCU synchronisation costs milliseconds) and the pidfd comes with the child,
-/// before anything could reap it. Returns `Some((pid, pidfd))`, or `None` when the
-/// kernel lacks clone3/CLONE_INTO_CGROUP (nothing was started: fall back).
+/// Starts `spec` with one `clone3(CLONE_PIDFD)`, born inside the cgroup `cgroup_dir`
+/// (an open cgroup2 directory) when given (`CLONE_INTO_CGROUP`): no migration through
+/// cgroup.procs (whose RCU synchronisation costs milliseconds) and the pidfd comes
+/// with the child, before anything could reap it. Returns `Some((pid, pidfd))`, or
+/// `None` when the kernel lacks clone3/CLONE_INTO_CGROUP (nothing was started: fall
+/// back).
 ///
 /// The child does what the std spawn path with `install_child_setup` does: own
 /// process group, default SIGPIPE, empty signal mask, the caller's soft NOFILE limit,
-/// the terminal's foreground, then `execvpe`. An exec failure's errno comes back
-/// through a close-on-exec pipe and the child is reaped.
+/// the terminal's foreground, then `execvpe`. If that fails, the child exits and its
+/// errno comes back to the caller, which reaps it.
+///
+/// On x86_64 the child is not a copy of the guardian: `CLONE_VM | CLONE_VFORK` (what
+/// `posix_spawn` does), so no page table is copied and no page of the guardian's is
+/// copied on write afterwards; the guardian sleeps until the child has exec'd or
+/// exited. Elsewhere it is a fork.
 pub fn spawn_into_cgroup(
     spec: &ExecSpec,
-    cgroup_dir: BorrowedFd<'_>,
+    cgroup_dir: Option<BorrowedFd<'_>>,
 ) -> io::Result<Option<(i32, OwnedFd)>> {
     let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
     envp.push(std::ptr::null());
-    let (report_r, report_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
-    // SAFETY: the guardian is single-threaded; the child only makes plain syscalls on
-    // memory prepared above and ends in execvpe or _exit.
-    let forked = match unsafe { fork3(0, Some(cgroup_dir)) } {
-        Ok(f) => f,
+    let child = ChildPlan {
+        spec,
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+    };
+    let (pid, pidfd, failed) = match start_child(&child, cgroup_dir) {
+        Ok(started) => started,
         Err(e) => {
             return match e.raw_os_error() {
                 Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG) => Ok(None),
@@ -293,28 +300,149 @@ pub fn spawn_into_cgroup(
             }
         }
     };
-    let (pid, pidfd) = match forked {
+    if let Some(errno) = failed {
+        // The exec failed: collect the child so it leaves no zombie.
+        let _ = rustix::process::waitid(
+            rustix::process::WaitId::PidFd(pidfd.as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        );
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(Some((pid, pidfd)))
+}
+
+/// Everything the child reads, prepared before the clone so that it allocates nothing.
+struct ChildPlan<'a> {
+    spec: &'a ExecSpec,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+}
+
+/// The child's side: setup, then exec. Returns only on failure, with the errno and
+/// the exit status the child ends with.
+///
+/// # Safety
+/// Only in a child of the clone, before exec: plain syscalls on memory the plan
+/// points to, which the parent keeps alive until the child has exec'd or exited.
+unsafe fn child_exec(plan: &ChildPlan<'_>) -> (i32, i32) {
+    let spec = plan.spec;
+    if let Err(errno) = prepare_child(
+        spec.guardian_pid,
+        spec.guardian_pgrp,
+        spec.nofile_soft,
+        spec.own_session,
+    ) {
+        return (errno, 125);
+    }
+    libc::execvpe(spec.program.as_ptr(), plan.argv, plan.envp);
+    (*libc::__errno_location(), 127)
+}
+
+/// The vfork child's state in memory it shares with the guardian: the plan it reads
+/// and the errno it leaves when it could not exec (0: it exec'd).
+#[cfg(target_arch = "x86_64")]
+#[repr(C)]
+struct VforkChild<'a> {
+    plan: &'a ChildPlan<'a>,
+    failed: i32,
+}
+
+/// The vfork child's entry on its own stack; never returns.
+#[cfg(target_arch = "x86_64")]
+extern "C" fn vfork_child_main(child: *mut VforkChild<'_>) -> ! {
+    // SAFETY: `child` points into the guardian's frame, which stays put while the
+    // guardian sleeps in clone3 (CLONE_VFORK) until we exec or exit; see child_exec.
+    unsafe {
+        let (errno, code) = child_exec((*child).plan);
+        std::ptr::write_volatile(&mut (*child).failed, errno.max(1));
+        libc::_exit(code)
+    }
+}
+
+/// Bytes of the vfork child's stack: what glibc's `posix_spawn` gives its child
+/// (execvpe builds the PATH candidates on the stack) besides the argument vector.
+#[cfg(target_arch = "x86_64")]
+const VFORK_STACK: usize = 64 * 1024;
+
+/// x86_64: `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD [| CLONE_INTO_CGROUP])` with a
+/// stack of its own for the child, which starts in [`vfork_child_main`]. Returns the
+/// pid, the pidfd, and the child's errno if it could not exec.
+#[cfg(target_arch = "x86_64")]
+fn start_child(
+    plan: &ChildPlan<'_>,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> io::Result<(i32, OwnedFd, Option<i32>)> {
+    #[repr(C, align(16))]
+    struct Chunk([u8; 16]);
+    let mut stack: Vec<Chunk> = Vec::with_capacity(VFORK_STACK / 16);
+    let mut child = VforkChild { plan, failed: 0 };
+    let mut pidfd: libc::c_int = -1;
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64
+            | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
+        pidfd: &mut pidfd as *mut libc::c_int as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: stack.as_mut_ptr() as u64,
+        stack_size: VFORK_STACK as u64,
+        cgroup: cgroup.map_or(0, |fd| fd.as_raw_fd() as u64),
+        ..Default::default()
+    };
+    let rc: i64;
+    // SAFETY: the kernel reads `args` and writes `pidfd`; the child runs on `stack`
+    // (16-byte aligned, VFORK_STACK bytes, ours until we return) and starts in
+    // vfork_child_main with `child` in rdi; registers other than rax, rcx and r11
+    // survive the syscall in both processes. CLONE_VFORK keeps this frame asleep
+    // until the child has exec'd or exited, so everything it points to stays valid.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r12",
+            "call {entry}",
+            "ud2",
+            "2:",
+            entry = sym vfork_child_main,
+            in("r12") &mut child as *mut VforkChild<'_>,
+            inlateout("rax") libc::SYS_clone3 => rc,
+            in("rdi") &args as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            lateout("rcx") _,
+            lateout("r11") _,
+        );
+    }
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc as i32));
+    }
+    // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new fd we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: the child wrote this (if at all) before its exec or exit, which the
+    // kernel completed before waking us.
+    let failed = unsafe { std::ptr::read_volatile(&child.failed) };
+    drop(stack);
+    Ok((rc as i32, pidfd, (failed != 0).then_some(failed)))
+}
+
+/// Other architectures: a fork (clone3 without CLONE_VM); the child's errno comes
+/// back through a close-on-exec pipe.
+#[cfg(not(target_arch = "x86_64"))]
+fn start_child(
+    plan: &ChildPlan<'_>,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> io::Result<(i32, OwnedFd, Option<i32>)> {
+    let (report_r, report_w) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
+    // SAFETY: the guardian is single-threaded; the child only makes plain syscalls on
+    // memory prepared by the caller and ends in execvpe or _exit.
+    let (pid, pidfd) = match unsafe { fork3(0, cgroup)? } {
         Forked::Parent { pid, pidfd } => (pid, pidfd),
-        Forked::Child => {
-            // SAFETY: in the child; see above.
-            unsafe {
-                if let Err(errno) = prepare_child(
-                    spec.guardian_pid,
-                    spec.guardian_pgrp,
-                    spec.nofile_soft,
-                    spec.own_session,
-                ) {
-                    let bytes = errno.to_ne_bytes();
-                    libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                    libc::_exit(125);
-                }
-                libc::execvpe(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                let errno = *libc::__errno_location();
-                let bytes = errno.to_ne_bytes();
-                libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(127);
-            }
-        }
+        Forked::Child => unsafe {
+            let (errno, code) = child_exec(plan);
+            let bytes = errno.to_ne_bytes();
+            libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(code);
+        },
     };
     drop(report_w);
     let mut buf = [0u8; 4];
@@ -324,13 +452,5 @@ pub fn spawn_into_cgroup(
             other => break other.unwrap_or(0),
         }
     };
-    if n == 4 {
-        // The exec failed: collect the child so it leaves no zombie.
-        let _ = rustix::process::waitid(
-            rustix::process::WaitId::PidFd(pidfd.as_fd()),
-            rustix::process::WaitIdOptions::EXITED,
-        );
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
-    }
-    Ok(Some((pid, pidfd)))
+    Ok((pid, pidfd, (n == 4).then(|| i32::from_ne_bytes(buf))))
 }
