@@ -165,7 +165,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller: &signaller,
         nofile: host.nofile,
         signals: &host.signals,
-        own_session: cmd_gets_own_session(signaller.procfs()),
+        own_session: cmd_gets_own_session(&signaller),
     })?;
     drop(command);
     tracing::debug!(tree = %tree.id(), root_pid = tree.root().map(|r| r.pid()), owner = %owner.describe(), label = ?guard.label, "guarding");

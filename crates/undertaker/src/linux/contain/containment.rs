@@ -79,8 +79,7 @@ impl Placement {
             Containment::Cgroup(loc) => {
                 let me = signaller.me().pid;
                 let starttime = signaller
-                    .procfs()
-                    .stat(me)
+                    .own_stat()
                     .map_err(|e| RunError::Setup(format!("reading /proc/self/stat: {e}")))?
                     .starttime;
                 let cg = CgroupTree::create(loc, tree, me, starttime).map_err(|why| {

@@ -236,9 +236,8 @@ pub(crate) fn spawn_directly_into(
 /// True when CMD should lead its own session: this process has no controlling
 /// terminal, so no job control needs CMD in our session (see `sys::prepare_child`).
 /// Unknown counts as a terminal: the cautious choice (no group-wide signal).
-pub(crate) fn cmd_gets_own_session(procfs: &crate::linux::kernel::procfs::Procfs) -> bool {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    procfs.stat(me).is_ok_and(|st| st.tty_nr == 0)
+pub(crate) fn cmd_gets_own_session(signaller: &Signaller) -> bool {
+    signaller.own_stat().is_ok_and(|st| st.tty_nr == 0)
 }
 
 pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {

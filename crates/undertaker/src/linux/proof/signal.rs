@@ -151,6 +151,8 @@ pub struct Signaller {
     /// group of its own (see `commands::sentinel`), but the terminal is handed to CMD
     /// only from this group, and back to it at the end.
     host_pgrp: i32,
+    /// Our own /proc stat, read at most once (see [`Signaller::own_stat`]).
+    own_stat: std::sync::OnceLock<Box<crate::linux::kernel::procfs::Stat>>,
 }
 
 impl Signaller {
@@ -184,6 +186,7 @@ impl Signaller {
             },
             procfs,
             host_pgrp: pgrp,
+            own_stat: std::sync::OnceLock::new(),
         })
     }
 
@@ -199,7 +202,20 @@ impl Signaller {
             me,
             procfs: self.procfs.clone(),
             host_pgrp: self.host_pgrp,
+            own_stat: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Our own /proc stat, read once per process: the start-up path asks for our
+    /// start time (the record, the tree cgroup's name) and controlling terminal
+    /// (CMD's session), which never change. Fields we change ourselves (the process
+    /// group) must not be read from it.
+    pub fn own_stat(&self) -> Result<crate::linux::kernel::procfs::Stat, ProcError> {
+        if let Some(stat) = self.own_stat.get() {
+            return Ok((**stat).clone());
+        }
+        let stat = self.procfs.stat(self.me.pid)?;
+        Ok((**self.own_stat.get_or_init(|| Box::new(stat))).clone())
     }
 
     /// Protects `owner` and its ancestors like our own (see `SelfFacts::owner_line`).
