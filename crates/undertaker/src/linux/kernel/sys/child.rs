@@ -364,6 +364,45 @@ extern "C" fn vfork_child_main(child: *mut VforkChild<'_>) -> ! {
 #[cfg(target_arch = "x86_64")]
 const VFORK_STACK: usize = 64 * 1024;
 
+/// The vfork child's stack: a fresh anonymous mapping, unmapped on drop. Not from the
+/// heap or our own stack: their pages may still be shared copy-on-write with the
+/// sentinel (the guardian is its fork), and the child writing into them would give
+/// each process a private copy for as long as the tree lives.
+#[cfg(target_arch = "x86_64")]
+struct ChildStack {
+    base: *mut libc::c_void,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl ChildStack {
+    fn new() -> io::Result<Self> {
+        // SAFETY: a new private anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                VFORK_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { base })
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used: the child has exec'd or
+        // exited before clone3 returned (CLONE_VFORK).
+        unsafe { libc::munmap(self.base, VFORK_STACK) };
+    }
+}
+
 /// x86_64: `clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD [| CLONE_INTO_CGROUP])` with a
 /// stack of its own for the child, which starts in [`vfork_child_main`]. Returns the
 /// pid, the pidfd, and the child's errno if it could not exec.
@@ -372,9 +411,7 @@ fn start_child(
     plan: &ChildPlan<'_>,
     cgroup: Option<BorrowedFd<'_>>,
 ) -> io::Result<(i32, OwnedFd, Option<i32>)> {
-    #[repr(C, align(16))]
-    struct Chunk([u8; 16]);
-    let mut stack: Vec<Chunk> = Vec::with_capacity(VFORK_STACK / 16);
+    let stack = ChildStack::new()?;
     let mut child = VforkChild { plan, failed: 0 };
     let mut pidfd: libc::c_int = -1;
     let args = CloneArgs {
@@ -382,14 +419,14 @@ fn start_child(
             | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
         pidfd: &mut pidfd as *mut libc::c_int as u64,
         exit_signal: libc::SIGCHLD as u64,
-        stack: stack.as_mut_ptr() as u64,
+        stack: stack.base as u64,
         stack_size: VFORK_STACK as u64,
         cgroup: cgroup.map_or(0, |fd| fd.as_raw_fd() as u64),
         ..Default::default()
     };
     let rc: i64;
     // SAFETY: the kernel reads `args` and writes `pidfd`; the child runs on `stack`
-    // (16-byte aligned, VFORK_STACK bytes, ours until we return) and starts in
+    // (page-aligned, VFORK_STACK bytes, ours until we return) and starts in
     // vfork_child_main with `child` in rdi; registers other than rax, rcx and r11
     // survive the syscall in both processes. CLONE_VFORK keeps this frame asleep
     // until the child has exec'd or exited, so everything it points to stays valid.
