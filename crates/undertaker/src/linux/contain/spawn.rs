@@ -86,9 +86,10 @@ pub struct Launch<'a> {
     pub own_session: bool,
 }
 
-/// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
-/// CLONE_INTO_CGROUP, or a command with its own stdio or cwd: then the child joins
-/// its cgroup through `join_fd` before exec).
+/// Spawns CMD with std's `Command` when [`spawn_directly_into`] cannot: a command
+/// with its own stdio or cwd (a supervisor's trees), or a kernel without clone3 or
+/// CLONE_INTO_CGROUP (then, in the cgroup tier, the child joins its cgroup through
+/// `join_fd` before exec).
 pub(crate) fn spawn_with_std(
     launch: &Launch<'_>,
     cgroup_tree: Option<&CgroupTree>,
