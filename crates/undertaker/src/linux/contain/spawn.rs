@@ -192,35 +192,16 @@ pub(crate) fn spawn_directly_into(
     cg: Option<&CgroupTree>,
     launch: &Launch<'_>,
 ) -> std::io::Result<Option<(i32, OwnedFd)>> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
     if !launch.command.clone3_can_start() {
         return Ok(None);
     }
-    let cstr =
-        |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
-    let argv = (launch.command.argv.iter())
-        .map(|a| cstr(a.as_bytes()))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    let Some(program) = argv.first().cloned() else {
-        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
-    };
-    let mut envp = Vec::new();
-    for (k, v) in launch.command.environment(launch.tree) {
-        let mut entry = k.as_bytes().to_vec();
-        entry.push(b'=');
-        entry.extend_from_slice(v.as_bytes());
-        envp.push(cstr(&entry)?);
-    }
-    let spec = sys::ExecSpec {
-        program,
-        argv,
-        envp,
-        guardian_pgrp: launch.signaller.host_pgrp(),
-        guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
-        nofile_soft: launch.nofile,
-        own_session: launch.own_session,
-    };
+    let spec = exec_spec(
+        &launch.command.argv,
+        launch.command.environment(launch.tree),
+        launch.signaller.host_pgrp(),
+        launch.nofile,
+        launch.own_session,
+    )?;
     let dir = match cg {
         Some(cg) => Some(rustix::fs::open(
             &cg.path,
@@ -232,6 +213,44 @@ pub(crate) fn spawn_directly_into(
         None => None,
     };
     sys::spawn_into_cgroup(&spec, dir.as_ref().map(|d| d.as_fd()))
+}
+
+/// What `sys::spawn_into_cgroup` starts: `argv` with `env` (marker included), the
+/// child's setup facts, all as C strings made before the clone (the child allocates
+/// nothing). The caller is CMD's parent-to-be.
+pub(crate) fn exec_spec(
+    argv: &[OsString],
+    env: Vec<(OsString, OsString)>,
+    guardian_pgrp: i32,
+    nofile_soft: Option<u64>,
+    own_session: bool,
+) -> std::io::Result<sys::ExecSpec> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstr =
+        |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
+    let argv = (argv.iter())
+        .map(|a| cstr(a.as_bytes()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let Some(program) = argv.first().cloned() else {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+    };
+    let mut envp = Vec::with_capacity(env.len());
+    for (k, v) in env {
+        let mut entry = k.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(v.as_bytes());
+        envp.push(cstr(&entry)?);
+    }
+    Ok(sys::ExecSpec {
+        program,
+        argv,
+        envp,
+        guardian_pgrp,
+        guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
+        nofile_soft,
+        own_session,
+    })
 }
 
 /// True when CMD should lead its own session: this process has no controlling
