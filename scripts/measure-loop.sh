@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 300 × `WRAPPER /bin/true` in a shell loop (or CONCURRENT=100: that many started at
-# once, then `wait`), side by side with `tini -s --` and bare (docs/BENCHMARKS.md,
+# once, then `wait`), side by side with `tini -s --`, bwrap and bare (docs/BENCHMARKS.md,
 # "Start-up"). Contenders take turns, ROUNDS rounds; prints each round's milliseconds
 # and the median ratios to tini, of wall time and of CPU time.
 #   scripts/measure-loop.sh [UNDERTAKER | "WRAPPER PREFIX"]...
@@ -18,6 +18,10 @@ state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT
 export UNDERTAKER_STATE_DIR="$state"
 names=(bare "tini -s --")
+# bubblewrap: the peer with the same guarantee (scripts/install-anchors.sh installs it).
+if command -v bwrap >/dev/null && bwrap --dev-bind / / --die-with-parent --unshare-pid /bin/true 2>/dev/null; then
+  names+=("bwrap --dev-bind / / --die-with-parent --unshare-pid --")
+fi
 for u in "$@"; do
   case "$u" in
   *" "*) names+=("$u") ;;

@@ -14,6 +14,9 @@ pub struct Env {
     pub tini_static: Result<PathBuf, String>,
     pub dumb_init: Result<PathBuf, String>,
     pub catatonit: Result<PathBuf, String>,
+    /// bubblewrap: the peer with undertaker's guarantee (a kernel object, its PID
+    /// namespace, holds the tree, and the tree dies with bwrap's parent).
+    pub bwrap: Result<PathBuf, String>,
     pub ps: Result<PathBuf, String>,
     pub pgrep: Result<PathBuf, String>,
     /// Where the bench may create cgroups, or why it may not.
@@ -92,6 +95,7 @@ impl Env {
             tini: find_tool("tini"),
             tini_static: find_tool("tini-static"),
             dumb_init: find_tool("dumb-init"),
+            bwrap: find_tool("bwrap").and_then(|p| probe_bwrap(&p).map(|()| p)),
             catatonit: find_tool("catatonit")
                 .or_else(|_| {
                     let p = PathBuf::from("/usr/libexec/podman/catatonit");
@@ -134,6 +138,31 @@ fn set_mode_0700(p: &Path) -> std::io::Result<()> {
 }
 
 /// A subcommand exists when `undertaker SUB --help` succeeds.
+/// The arguments before CMD that make bwrap the peer the issue compares with.
+pub const BWRAP_ARGS: [&str; 6] = [
+    "--dev-bind",
+    "/",
+    "/",
+    "--die-with-parent",
+    "--unshare-pid",
+    "--",
+];
+
+/// bwrap needs user namespaces (or setuid) to run: try it once.
+fn probe_bwrap(bwrap: &Path) -> Result<(), String> {
+    let st = Command::new(bwrap)
+        .args(BWRAP_ARGS)
+        .arg("/bin/true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("bwrap: {e}"))?;
+    st.success()
+        .then_some(())
+        .ok_or_else(|| format!("bwrap cannot run here ({st})"))
+}
+
 fn probe_subcommand(undertaker: &Path, sub: &str) -> Result<(), String> {
     let out = Command::new(undertaker)
         .args([sub, "--help"])

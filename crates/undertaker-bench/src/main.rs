@@ -50,7 +50,8 @@ mod linux_main {
         /// The undertaker binary (default: next to this program).
         #[arg(long, value_name = "PATH")]
         undertaker: Option<PathBuf>,
-        /// Run only the measurements whose key starts with PREFIX (e.g. teardown_1000).
+        /// Run only the measurements whose key starts with PREFIX (e.g. teardown_1000;
+        /// several, comma-separated: spawn,exit_latency,registry_100).
         #[arg(long, value_name = "PREFIX")]
         only: Option<String>,
     }
@@ -100,12 +101,15 @@ mod linux_main {
         } else {
             (Config::full(), "full")
         };
-        let wanted = |k: &str| args.only.as_deref().is_none_or(|p| k.starts_with(p));
+        let wanted =
+            |k: &str| (args.only.as_deref()).is_none_or(|p| p.split(',').any(|p| k.starts_with(p)));
         let progress = |k: &str| eprintln!("undertaker-bench: measuring {k} …");
         let mut ms: Vec<Measurement> = Vec::new();
         if wanted("spawn") {
             progress("spawn");
             ms.push(scenarios::spawn(&env, &cfg));
+            progress("spawn_cpu");
+            ms.push(scenarios::spawn_cpu(&env, &cfg));
         }
         if wanted("exit_latency") {
             progress("exit_latency");

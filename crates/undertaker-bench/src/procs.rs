@@ -23,6 +23,20 @@ pub fn mono_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// User + system CPU time, in µs, of every child this process has reaped so far and of
+/// the descendants they reaped (`getrusage(RUSAGE_CHILDREN)`): the difference across
+/// one `wait` is the CPU time of the whole tree that child ran.
+pub fn reaped_children_cpu_us() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes one `rusage` into memory that lives for the call.
+    let ru = unsafe {
+        libc::getrusage(libc::RUSAGE_CHILDREN, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(ru.ru_utime) + us(ru.ru_stime)
+}
+
 /// Hidden mode `__stamp`: print the monotonic time, then exit at once.
 pub fn stamp_main() -> ! {
     let mut out = std::io::stdout().lock();

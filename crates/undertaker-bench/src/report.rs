@@ -1,7 +1,9 @@
 //! The table, the targets, the JSON.
 
 use crate::measure::{Measurement, State};
-use crate::scenarios::{undertaker_name, CGROUP_KILL, KILLPG, PS, PS_CMD, SWEEP, TINI};
+use crate::scenarios::{
+    undertaker_name, BWRAP, CGROUP_KILL, KILLPG, PS, PS_CMD, SWEEP, TIERS, TINI,
+};
 use serde::Serialize;
 
 #[derive(Debug, Serialize)]
@@ -55,6 +57,20 @@ pub fn targets(ms: &[Measurement]) -> Vec<Target> {
         1.2,
         "`run -- true` ≤ 1.2× `tini -s -- true`".into(),
     )];
+    // Issue 30: at or below bubblewrap, the peer with the same guarantee, in wall and
+    // CPU time, in every tier.
+    for tier in TIERS {
+        for (key, what) in [("spawn", "wall"), ("spawn_cpu", "CPU")] {
+            t.push(ratio_target(
+                ms,
+                key,
+                &undertaker_name(tier),
+                BWRAP,
+                1.0,
+                format!("`run --tier {tier} -- true` ≤ 1.0× bwrap ({what})"),
+            ));
+        }
+    }
     t.push(ratio_target(
         ms,
         "exit_latency",

@@ -63,6 +63,7 @@ impl Config {
 
 pub const TIERS: [&str; 4] = ["auto", "subreaper", "cgroup", "pidns"];
 pub const TINI: &str = "tini -s";
+pub const BWRAP: &str = "bwrap";
 pub const BARE: &str = "bare";
 pub const KILLPG: &str = "kill -- -PGID";
 pub const CGROUP_KILL: &str = "cgroup.kill";
@@ -111,6 +112,7 @@ fn wrappers(env: &Env, bare: bool) -> Vec<Wrapper> {
         });
     }
     w.push(anchor(TINI, &env.tini, &["-s", "--"]));
+    w.push(anchor(BWRAP, &env.bwrap, &crate::env::BWRAP_ARGS));
     w.push(anchor("dumb-init", &env.dumb_init, &[]));
     w.push(anchor("catatonit", &env.catatonit, &["--"]));
     if let Some((floor, _)) = &env.floor {
@@ -195,6 +197,16 @@ fn bench_cmd(env: &Env, args: &[&str]) -> Vec<OsString> {
 }
 
 pub fn spawn(env: &Env, cfg: &Config) -> Measurement {
+    spawn_measured(env, cfg, false)
+}
+
+/// The same runs as [`spawn`], each sample the CPU time (user + system) of the
+/// wrapper's whole tree: what a host pays per start, whatever the load.
+pub fn spawn_cpu(env: &Env, cfg: &Config) -> Measurement {
+    spawn_measured(env, cfg, true)
+}
+
+fn spawn_measured(env: &Env, cfg: &Config, cpu: bool) -> Measurement {
     let cmd = vec![env.true_bin.clone().into_os_string()];
     let contenders = wrappers(env, true)
         .into_iter()
@@ -206,10 +218,13 @@ pub fn spawn(env: &Env, cfg: &Config) -> Measurement {
                     Err(why) => return Attempt::Unavailable(why.clone()),
                 };
                 let mut c = wrapped(env, prefix, &cmd);
+                let cpu_before = crate::procs::reaped_children_cpu_us();
                 let t = Instant::now();
                 let st = c.status();
                 let dt = t.elapsed();
+                let cpu_used = crate::procs::reaped_children_cpu_us() - cpu_before;
                 match st {
+                    Ok(s) if s.success() && cpu => Attempt::Sample(cpu_used),
                     Ok(s) if s.success() => Attempt::Sample(us(dt)),
                     Ok(s) => not_ok(env, &w, &cmd, s),
                     Err(e) => Attempt::Failed(format!("spawning {}: {e}", w.name)),
@@ -219,12 +234,17 @@ pub fn spawn(env: &Env, cfg: &Config) -> Measurement {
         .collect();
     measure::run(
         Spec {
-            key: "spawn".into(),
-            what: "wall time of fork+exec+wait of `WRAPPER /bin/true` from the bench".into(),
+            key: if cpu { "spawn_cpu" } else { "spawn" }.into(),
+            what: if cpu {
+                "CPU time (user + system, rusage of reaped children) of `WRAPPER /bin/true`'s whole tree"
+            } else {
+                "wall time of fork+exec+wait of `WRAPPER /bin/true` from the bench"
+            }
+            .into(),
             unit: "µs",
             size: None,
             rounds: cfg.spawn_rounds,
-            anchors: vec![BARE, TINI],
+            anchors: vec![BARE, TINI, BWRAP],
         },
         contenders,
     )
@@ -270,7 +290,7 @@ pub fn exit_latency(env: &Env, cfg: &Config) -> Measurement {
             unit: "µs",
             size: None,
             rounds: cfg.spawn_rounds,
-            anchors: vec![BARE, TINI],
+            anchors: vec![BARE, TINI, BWRAP],
         },
         contenders,
     )
@@ -818,6 +838,7 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
     enum Who {
         Undertaker,
         Tini,
+        Bwrap,
         Bare,
         Floor,
     }
@@ -825,6 +846,11 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
         let tini = match (who, &env.tini) {
             (Who::Tini, Ok(p)) => Some(p.clone()),
             (Who::Tini, Err(why)) => return Attempt::Unavailable(why.clone()),
+            _ => None,
+        };
+        let bwrap = match (who, &env.bwrap) {
+            (Who::Bwrap, Ok(p)) => Some(p.clone()),
+            (Who::Bwrap, Err(why)) => return Attempt::Unavailable(why.clone()),
             _ => None,
         };
         let undertaker = who == Who::Undertaker;
@@ -840,6 +866,14 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
                 (Who::Tini, Some(tini)) => {
                     let mut c = Command::new(tini);
                     c.args(["-s", "--"]).arg(&env.true_bin).stdin(Stdio::null());
+                    c
+                }
+                (Who::Bwrap, _) => {
+                    // Some whenever `who` is Bwrap (checked above).
+                    let mut c = Command::new(bwrap.clone().unwrap_or_default());
+                    c.args(crate::env::BWRAP_ARGS)
+                        .arg(&env.true_bin)
+                        .stdin(Stdio::null());
                     c
                 }
                 (Who::Floor, _) => {
@@ -886,6 +920,7 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
             burst(Who::Undertaker)
         }),
         Contender::new(format!("{TINI} ×{size}"), move || burst(Who::Tini)),
+        Contender::new(format!("{BWRAP} ×{size}"), move || burst(Who::Bwrap)),
         Contender::new(format!("bare ×{size}"), move || burst(Who::Bare)),
     ];
     if env.floor.is_some() {
@@ -906,6 +941,7 @@ pub fn registry(env: &Env, class: usize, size: usize, rounds: usize) -> Measurem
         contenders,
     );
     let m = with_anchor(m, format!("bare ×{size}"));
+    let m = with_anchor(m, format!("{BWRAP} ×{size}"));
     with_anchor(m, format!("{TINI} ×{size}"))
 }
 

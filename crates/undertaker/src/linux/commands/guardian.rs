@@ -137,7 +137,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         signaller: &signaller,
         nofile: host.nofile,
         signals: &host.signals,
-        own_session: cmd_gets_own_session(signaller.procfs()),
+        own_session: cmd_gets_own_session(&signaller),
     })?;
     drop(command);
     tracing::debug!(

@@ -47,7 +47,7 @@ pub enum GuardianKind<'a> {
 /// Our own identity as recorded for others to prove later.
 pub fn guardian_record(signaller: &Signaller) -> Option<GuardianRecord> {
     let me = signaller.me();
-    let stat = signaller.procfs().stat(me.pid).ok()?;
+    let stat = signaller.own_stat().ok()?;
     let pidfs_inode = crate::linux::proof::pidref::PidRef::open(me.pid)
         .ok()
         .and_then(|own| crate::linux::proof::signal::pidfs_inode(own.fd()));

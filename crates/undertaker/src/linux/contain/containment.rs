@@ -79,8 +79,7 @@ impl Placement {
             Containment::Cgroup(loc) => {
                 let me = signaller.me().pid;
                 let starttime = signaller
-                    .procfs()
-                    .stat(me)
+                    .own_stat()
                     .map_err(|e| RunError::Setup(format!("reading /proc/self/stat: {e}")))?
                     .starttime;
                 let cg = CgroupTree::create(loc, tree, me, starttime).map_err(|why| {
@@ -112,9 +111,13 @@ impl Placement {
             .split_first()
             .ok_or_else(|| RunError::Usage("no command given".into()))?;
         match self {
-            Placement::Subreaper => spawn_with_std(launch, None, None),
+            Placement::Subreaper => match spawn_directly_into(None, launch) {
+                Ok(Some((pid, fd))) => Ok(PidRef::from_parts(pid, fd)),
+                Ok(None) => spawn_with_std(launch, None, None),
+                Err(e) => Err(spawn_error(program, e)),
+            },
             Placement::Cgroup(cg) => {
-                let direct = spawn_directly_into(cg, launch).map_err(|e| {
+                let direct = spawn_directly_into(Some(cg), launch).map_err(|e| {
                     let _ = cg.remove(Duration::ZERO);
                     spawn_error(program, e)
                 })?;

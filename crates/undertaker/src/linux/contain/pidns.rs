@@ -221,34 +221,33 @@ fn run_init(
     let signaller = Signaller::for_current_process(Procfs::new())
         .map_err(|e| (125, format!("reading /proc/self: {e}")))?;
 
-    let (program, args) = spec
-        .command
-        .split_first()
-        .ok_or((2, "no command given".to_string()))?;
-    let mut cmd = std::process::Command::new(program);
-    // Its own group (or session) comes from the child setup.
-    cmd.args(args).env(TREE_MARKER, spec.tree.as_str());
+    let Some(program) = spec.command.first() else {
+        return Err((2, "no command given".to_string()));
+    };
     // The guardian's group is not visible in here, so tcgetpgrp() reports 0 while it is
     // in the foreground; i32::MIN never matches, so a background guardian hands nothing.
     let fg = if was_foreground { 0 } else { i32::MIN };
-    sys::install_child_setup(
-        &mut cmd,
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| k != TREE_MARKER)
+        .collect();
+    env.push((TREE_MARKER.into(), spec.tree.as_str().into()));
+    // CMD is no copy of this init (see `sys::spawn_into_cgroup`); clone3 works here,
+    // since it made this namespace.
+    let started = crate::linux::contain::spawn::exec_spec(
+        spec.command,
+        env,
         fg,
         spec.nofile,
-        None,
-        std::process::id() as i32,
         spec.own_session,
-    );
-    let child = cmd.spawn().map_err(|e| {
+    )
+    .and_then(|exec| sys::spawn_into_cgroup(&exec, None))
+    .map_err(|e| {
         let err = crate::linux::contain::spawn::spawn_error(program, e);
         (err.exit_code(), err.to_string())
     })?;
-    let cmd_pid = child.id() as i32;
-    drop(child);
-    // Unreaped child: the number is still CMD's.
-    let cmd_fd = crate::linux::proof::pidref::PidRef::open(cmd_pid)
-        .map_err(|e| (125, format!("pidfd_open: {e}")))?
-        .into_fd();
+    let Some((cmd_pid, cmd_fd)) = started else {
+        return Err((125, "clone3 refused to start the command".to_string()));
+    };
 
     let mut status: Option<i32> = None;
     let mut teardown_until: Option<Instant> = None;

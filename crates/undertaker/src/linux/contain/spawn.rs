@@ -86,9 +86,10 @@ pub struct Launch<'a> {
     pub own_session: bool,
 }
 
-/// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
-/// CLONE_INTO_CGROUP, or a command with its own stdio or cwd: then the child joins
-/// its cgroup through `join_fd` before exec).
+/// Spawns CMD with std's `Command` when [`spawn_directly_into`] cannot: a command
+/// with its own stdio or cwd (a supervisor's trees), or a kernel without clone3 or
+/// CLONE_INTO_CGROUP (then, in the cgroup tier, the child joins its cgroup through
+/// `join_fd` before exec).
 pub(crate) fn spawn_with_std(
     launch: &Launch<'_>,
     cgroup_tree: Option<&CgroupTree>,
@@ -184,55 +185,79 @@ fn cwd_unusable(dir: &std::path::Path) -> Option<String> {
         .map(|e| format!("cannot enter: {e}"))
 }
 
-/// Cgroup tier: starts CMD inside the tree's cgroup with clone3 (see
-/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot; use [`spawn_with_std`].
+/// Starts CMD with one clone3, inside the tree's cgroup when there is one (see
+/// `sys::spawn_into_cgroup`). `Ok(None)`: the kernel cannot, or the command needs
+/// stdio or a cwd of its own; use [`spawn_with_std`].
 pub(crate) fn spawn_directly_into(
-    cg: &CgroupTree,
+    cg: Option<&CgroupTree>,
     launch: &Launch<'_>,
 ) -> std::io::Result<Option<(i32, OwnedFd)>> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
     if !launch.command.clone3_can_start() {
         return Ok(None);
     }
+    let spec = exec_spec(
+        &launch.command.argv,
+        launch.command.environment(launch.tree),
+        launch.signaller.host_pgrp(),
+        launch.nofile,
+        launch.own_session,
+    )?;
+    let dir = match cg {
+        Some(cg) => Some(rustix::fs::open(
+            &cg.path,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::DIRECTORY
+                | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?),
+        None => None,
+    };
+    sys::spawn_into_cgroup(&spec, dir.as_ref().map(|d| d.as_fd()))
+}
+
+/// What `sys::spawn_into_cgroup` starts: `argv` with `env` (marker included), the
+/// child's setup facts, all as C strings made before the clone (the child allocates
+/// nothing). The caller is CMD's parent-to-be.
+pub(crate) fn exec_spec(
+    argv: &[OsString],
+    env: Vec<(OsString, OsString)>,
+    guardian_pgrp: i32,
+    nofile_soft: Option<u64>,
+    own_session: bool,
+) -> std::io::Result<sys::ExecSpec> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
     let cstr =
         |b: &[u8]| CString::new(b).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL));
-    let argv = (launch.command.argv.iter())
+    let argv = (argv.iter())
         .map(|a| cstr(a.as_bytes()))
         .collect::<std::io::Result<Vec<_>>>()?;
     let Some(program) = argv.first().cloned() else {
         return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
     };
-    let mut envp = Vec::new();
-    for (k, v) in launch.command.environment(launch.tree) {
+    let mut envp = Vec::with_capacity(env.len());
+    for (k, v) in env {
         let mut entry = k.as_bytes().to_vec();
         entry.push(b'=');
         entry.extend_from_slice(v.as_bytes());
         envp.push(cstr(&entry)?);
     }
-    let spec = sys::ExecSpec {
+    Ok(sys::ExecSpec {
         program,
         argv,
         envp,
-        guardian_pgrp: launch.signaller.host_pgrp(),
+        guardian_pgrp,
         guardian_pid: rustix::process::getpid().as_raw_nonzero().get(),
-        nofile_soft: launch.nofile,
-        own_session: launch.own_session,
-    };
-    let dir = rustix::fs::open(
-        &cg.path,
-        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )?;
-    sys::spawn_into_cgroup(&spec, dir.as_fd())
+        nofile_soft,
+        own_session,
+    })
 }
 
 /// True when CMD should lead its own session: this process has no controlling
 /// terminal, so no job control needs CMD in our session (see `sys::prepare_child`).
 /// Unknown counts as a terminal: the cautious choice (no group-wide signal).
-pub(crate) fn cmd_gets_own_session(procfs: &crate::linux::kernel::procfs::Procfs) -> bool {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    procfs.stat(me).is_ok_and(|st| st.tty_nr == 0)
+pub(crate) fn cmd_gets_own_session(signaller: &Signaller) -> bool {
+    signaller.own_stat().is_ok_and(|st| st.tty_nr == 0)
 }
 
 pub(crate) fn spawn_error(program: &std::ffi::OsStr, e: std::io::Error) -> RunError {

@@ -6,9 +6,14 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+mod child;
 mod memory;
+pub use child::{
+    detach_guardian, fork_guardian, fork_into_new_pid_namespace, install_child_setup,
+    reclaim_foreground, spawn_into_cgroup, ExecSpec, Forked, CGROUP_JOIN_FAILED,
+};
 pub use memory::{settle_code, settle_heap, settle_idle};
 
 /// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).
@@ -238,139 +243,6 @@ pub fn ignore(sig: i32) {
     }
 }
 
-/// Runs in the forked child before exec. Restores the soft RLIMIT_NOFILE the guardian
-/// raised for itself (`nofile_soft`), and, when stdin is a terminal whose foreground
-/// group was the guardian's, hands the terminal to the child's new group so
-/// interactive commands can read it (what tini does). SIGTTOU is blocked around the
-/// call because a background group may not otherwise change the foreground group.
-///
-/// `cgroup_procs`, when given, is an open `cgroup.procs` of the tree's cgroup: the child
-/// writes "0" to it first, so CMD is in the cgroup before it runs an instruction of its
-/// own. If that write fails the exec is abandoned with [`CGROUP_JOIN_FAILED`], so an
-/// unguarded CMD never runs.
-///
-/// `own_session`: CMD leads a new session (`setsid`) instead of a new process group in
-/// the guardian's session; see [`prepare_child`].
-pub fn install_child_setup(
-    cmd: &mut std::process::Command,
-    guardian_pgrp: i32,
-    nofile_soft: Option<u64>,
-    cgroup_procs: Option<RawFd>,
-    guardian_pid: i32,
-    own_session: bool,
-) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure only makes async-signal-safe calls (prctl, getppid, write, sigemptyset,
-    // getrlimit, setrlimit, isatty, tcgetpgrp, sigprocmask, tcsetpgrp, getpid) and
-    // allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(fd) = cgroup_procs {
-                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-                if n != 1 {
-                    return Err(io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
-                }
-            }
-            prepare_child(guardian_pid, guardian_pgrp, nofile_soft, own_session)
-                .map_err(io::Error::from_raw_os_error)?;
-            Ok(())
-        });
-    }
-}
-
-/// The errno a spawn fails with when the child could not join its cgroup. EBADFD is
-/// never produced by execve itself, so the guardian can tell this failure apart from
-/// "not found"/"not executable" and report 125 instead.
-pub const CGROUP_JOIN_FAILED: i32 = libc::EBADFD;
-
-/// Takes the terminal back for `pgrp` (the guardian's own group) after the child's
-/// group handed it over; SIGTTOU is blocked in the guardian already when this runs.
-pub fn reclaim_foreground(pgrp: i32) {
-    // SAFETY: plain syscalls on fd 0.
-    if unsafe { libc::isatty(0) } == 1 {
-        set_foreground_quietly(pgrp);
-    }
-}
-
-/// The child's side of every spawn (std's `pre_exec` and the clone3 path), run
-/// between fork and exec, so it only makes syscalls on stack values: no allocation.
-///
-/// - If the guardian dies from here on, CMD dies with it (PDEATHSIG): a guardian
-///   killed mid-spawn must not leave a CMD that starts after a sweep looked. Safe here
-///   (docs/DESIGN.md §3, "Owner"): the guardian is our own single-threaded process. The `getppid`
-///   re-check catches a guardian that died before the prctl (returns ESRCH).
-/// - An empty signal mask: the guardian blocks the signals its signalfd reads, and a
-///   blocked SIGTERM would never reach CMD. SIGPIPE and SIGXFSZ, which the guardian
-///   ignores, back at their default.
-/// - The soft RLIMIT_NOFILE the guardian raised for itself, restored.
-/// - Its own process group. With `own_session` (no terminal involved) the group leads
-///   a new session, which only CMD's descendants can ever enter: `setpgid` into a
-///   group of another session is refused, so the group holds no stranger and may be
-///   signalled as a whole. Otherwise (a terminal, whose job control needs CMD in the
-///   guardian's session) it is a new group in the guardian's session, which any
-///   process of that session could join.
-/// - The terminal handed to CMD's group when it was the guardian's (what tini does).
-fn prepare_child(
-    guardian_pid: i32,
-    guardian_pgrp: i32,
-    nofile_soft: Option<u64>,
-    own_session: bool,
-) -> Result<(), i32> {
-    // SAFETY: plain syscalls on stack values; see above.
-    unsafe {
-        let grouped = if own_session {
-            libc::setsid() >= 0
-        } else {
-            libc::setpgid(0, 0) == 0
-        };
-        if !grouped {
-            return Err(*libc::__errno_location());
-        }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
-            || libc::getppid() != guardian_pid
-        {
-            return Err(libc::ESRCH);
-        }
-        let mut none = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(none.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut());
-        // The guardian ignores these for its own writes; CMD gets the defaults.
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-        if let Some(soft) = nofile_soft {
-            let mut lim = MaybeUninit::<libc::rlimit>::uninit();
-            if libc::getrlimit(libc::RLIMIT_NOFILE, lim.as_mut_ptr()) == 0 {
-                let mut lim = lim.assume_init();
-                lim.rlim_cur = soft as libc::rlim_t;
-                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-            }
-        }
-        if !own_session && libc::isatty(0) == 1 && libc::tcgetpgrp(0) == guardian_pgrp {
-            set_foreground_quietly(libc::getpid());
-        }
-    }
-    Ok(())
-}
-
-/// Makes `pgrp` the foreground group of the terminal on fd 0 with SIGTTOU blocked
-/// meanwhile (a background caller would otherwise be stopped by it), then restores the
-/// signal mask. Runs after fork in `pre_exec` too, so it only makes syscalls on the
-/// stack: no allocation, async-signal-safe.
-fn set_foreground_quietly(pgrp: i32) {
-    // SAFETY: sigset_t values live on the stack and are initialised by sigemptyset
-    // before use; tcsetpgrp on fd 0 has no memory preconditions.
-    unsafe {
-        let mut set = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        let mut set = set.assume_init();
-        libc::sigaddset(&mut set, libc::SIGTTOU);
-        let mut old = MaybeUninit::<libc::sigset_t>::uninit();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, old.as_mut_ptr());
-        libc::tcsetpgrp(0, pgrp);
-        libc::pthread_sigmask(libc::SIG_SETMASK, old.as_ptr(), std::ptr::null_mut());
-    }
-}
-
 /// Borrows a raw fd number the caller was told to watch (`--owner-fd N`), after
 /// checking it is open. The returned fd is owned: the guardian becomes its only user.
 pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
@@ -387,114 +259,6 @@ pub fn take_inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(owned)
 }
 
-/// Which side of a [`fork_into_new_pid_namespace`] we are on.
-pub enum Forked {
-    /// The new process: PID 1 of the new namespace, a copy of the caller.
-    Child,
-    Parent {
-        pid: i32,
-        pidfd: OwnedFd,
-    },
-}
-
-/// `struct clone_args` (linux/sched.h) up to `cgroup` (CLONE_ARGS_SIZE_VER2). Older
-/// kernels accept the larger size as long as the fields they do not know are zero.
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
-
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// clone3 without CLONE_VM — a fork — with CLONE_PIDFD added to `flags`, into the
-/// cgroup `cgroup` when given. The parent gets the child's pid and a pidfd that exists
-/// before anything could reap the child.
-///
-/// # Safety
-/// The caller must be single-threaded (no lock can be held by a thread that does not
-/// exist in the child), and on the `Child` side may only make async-signal-safe calls
-/// before exec or `_exit`, unless it goes on as its own single-threaded process.
-unsafe fn fork3(flags: u64, cgroup: Option<BorrowedFd<'_>>) -> io::Result<Forked> {
-    let mut pidfd: libc::c_int = -1;
-    let args = CloneArgs {
-        flags: flags | libc::CLONE_PIDFD as u64 | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
-        pidfd: &mut pidfd as *mut libc::c_int as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup.map_or(0, |fd| fd.as_raw_fd() as u64),
-        ..Default::default()
-    };
-    // SAFETY: the kernel reads `args` and writes the pidfd into `pidfd`, both of which
-    // outlive the call; the caller upholds the fork contract above.
-    let rc = libc::syscall(
-        libc::SYS_clone3,
-        &args as *const CloneArgs,
-        std::mem::size_of::<CloneArgs>(),
-    );
-    match rc {
-        n if n < 0 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent {
-            pid: pid as i32,
-            // SAFETY: CLONE_PIDFD succeeded, so the kernel stored a new fd we own.
-            pidfd: OwnedFd::from_raw_fd(pidfd),
-        }),
-    }
-}
-
-/// Forks into a new PID and mount namespace, and a new user namespace when
-/// `user_ns`. The child continues as a copy of the caller, so the caller must be
-/// single-threaded (checked by the caller). The parent gets a pidfd from
-/// CLONE_PIDFD, so the child is never addressed by number.
-pub fn fork_into_new_pid_namespace(user_ns: bool) -> io::Result<Forked> {
-    let mut flags = (libc::CLONE_NEWPID | libc::CLONE_NEWNS) as u64;
-    if user_ns {
-        flags |= libc::CLONE_NEWUSER as u64;
-    }
-    // SAFETY: the caller checked it is single-threaded; the child becomes the
-    // namespace's own single-threaded init.
-    unsafe { fork3(flags, None) }
-}
-
-/// Forks the guardian off the process the host started (which stays behind as the
-/// sentinel, see `linux/commands/sentinel.rs`). The parent gets the child's pid and a pidfd
-/// from CLONE_PIDFD, so the guardian is never addressed by number.
-pub fn fork_guardian() -> io::Result<Forked> {
-    // SAFETY: `undertaker run` is single-threaded up to here (no thread is ever
-    // started), and the child goes on as its own single-threaded process.
-    unsafe { fork3(0, None) }
-}
-
-/// The guardian's first steps after [`fork_guardian`]: its own process group, so a
-/// signal to the host's group (which holds the sentinel) does not reach it, and
-/// SIGTERM — its "tear down" signal — when the sentinel dies, however it dies. The
-/// sentinel is our own single-threaded parent, so PDEATHSIG means exactly its death.
-/// Fails when the sentinel died before the prctl (we were already reparented).
-pub fn detach_guardian(sentinel_pid: i32) -> io::Result<()> {
-    // SAFETY: plain syscalls with integer arguments.
-    unsafe {
-        if libc::setpgid(0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        if libc::getppid() != sentinel_pid {
-            return Err(io::Error::from_raw_os_error(libc::ESRCH));
-        }
-    }
-    Ok(())
-}
-
 /// `kill(-1, sig)`: every process the caller may signal, except itself. Only
 /// `signal::signal_whole_namespace` calls this, and only as PID 1 of a namespace that
 /// holds nothing but the guarded tree.
@@ -504,97 +268,18 @@ pub(crate) fn kill_all_visible(sig: i32) -> io::Result<()> {
     (rc == 0).then_some(()).ok_or_else(io::Error::last_os_error)
 }
 
+/// Our process group id; 0 when the group lives outside our PID namespace (what
+/// /proc/self/stat shows then too, and which rustix's `getpgrp` refuses).
+pub fn process_group() -> i32 {
+    // SAFETY: plain syscall without arguments.
+    unsafe { libc::getpgrp() }
+}
+
 /// Ends a forked child at once: no atexit handlers, no flushing of buffers that
 /// belong to the parent's copy of stdio.
 pub fn exit_immediately(code: i32) -> ! {
     // SAFETY: _exit never returns and touches no Rust state.
     unsafe { libc::_exit(code) }
-}
-
-/// What the child of [`spawn_into_cgroup`] runs, prepared before the clone so the
-/// child allocates nothing.
-pub struct ExecSpec {
-    pub program: std::ffi::CString,
-    pub argv: Vec<std::ffi::CString>,
-    pub envp: Vec<std::ffi::CString>,
-    pub guardian_pgrp: i32,
-    pub guardian_pid: i32,
-    pub nofile_soft: Option<u64>,
-    /// CMD leads its own session (see `prepare_child`).
-    pub own_session: bool,
-}
-
-/// Starts `spec` directly inside the cgroup `cgroup_dir` (an open cgroup2 directory)
-/// with `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)`: no migration through cgroup.procs
-/// (whose RCU synchronisation costs milliseconds) and the pidfd comes with the child,
-/// before anything could reap it. Returns `Some((pid, pidfd))`, or `None` when the
-/// kernel lacks clone3/CLONE_INTO_CGROUP (nothing was started: fall back).
-///
-/// The child does what the std spawn path with `install_child_setup` does: own
-/// process group, default SIGPIPE, empty signal mask, the caller's soft NOFILE limit,
-/// the terminal's foreground, then `execvpe`. An exec failure's errno comes back
-/// through a close-on-exec pipe and the child is reaped.
-pub fn spawn_into_cgroup(
-    spec: &ExecSpec,
-    cgroup_dir: BorrowedFd<'_>,
-) -> io::Result<Option<(i32, OwnedFd)>> {
-    let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut envp: Vec<*const libc::c_char> = spec.envp.iter().map(|e| e.as_ptr()).collect();
-    envp.push(std::ptr::null());
-    let (report_r, report_w) =
-        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io::Error::from)?;
-    // SAFETY: the guardian is single-threaded; the child only makes plain syscalls on
-    // memory prepared above and ends in execvpe or _exit.
-    let forked = match unsafe { fork3(0, Some(cgroup_dir)) } {
-        Ok(f) => f,
-        Err(e) => {
-            return match e.raw_os_error() {
-                Some(libc::ENOSYS | libc::EINVAL | libc::E2BIG) => Ok(None),
-                _ => Err(e),
-            }
-        }
-    };
-    let (pid, pidfd) = match forked {
-        Forked::Parent { pid, pidfd } => (pid, pidfd),
-        Forked::Child => {
-            // SAFETY: in the child; see above.
-            unsafe {
-                if let Err(errno) = prepare_child(
-                    spec.guardian_pid,
-                    spec.guardian_pgrp,
-                    spec.nofile_soft,
-                    spec.own_session,
-                ) {
-                    let bytes = errno.to_ne_bytes();
-                    libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                    libc::_exit(125);
-                }
-                libc::execvpe(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-                let errno = *libc::__errno_location();
-                let bytes = errno.to_ne_bytes();
-                libc::write(report_w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(127);
-            }
-        }
-    };
-    drop(report_w);
-    let mut buf = [0u8; 4];
-    let n = loop {
-        match rustix::io::read(&report_r, &mut buf) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other.unwrap_or(0),
-        }
-    };
-    if n == 4 {
-        // The exec failed: collect the child so it leaves no zombie.
-        let _ = rustix::process::waitid(
-            rustix::process::WaitId::PidFd(pidfd.as_fd()),
-            rustix::process::WaitIdOptions::EXITED,
-        );
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
-    }
-    Ok(Some((pid, pidfd)))
 }
 
 /// The pid `SO_PEERCRED` gives for `fd`: a connected Unix socket's peer when it

@@ -151,16 +151,21 @@ pub struct Signaller {
     /// group of its own (see `commands::sentinel`), but the terminal is handed to CMD
     /// only from this group, and back to it at the end.
     host_pgrp: i32,
+    /// Our own /proc stat, read at most once (see [`Signaller::own_stat`]).
+    own_stat: std::sync::OnceLock<Box<crate::linux::kernel::procfs::Stat>>,
 }
 
 impl Signaller {
     /// Reads our own pid, real process group, uid, ancestors and boot id from /proc.
     pub fn for_current_process(procfs: Procfs) -> Result<Self, ProcError> {
-        let pid = std::process::id() as i32;
-        let stat = procfs.stat(pid)?;
-        let uid = procfs.real_uid(pid)?;
+        // Our own facts come from system calls: no /proc read on `run`'s start path
+        // for what the kernel tells directly (issue 30).
+        use rustix::process::{getpid, getppid, getuid};
+        let pid = getpid().as_raw_nonzero().get();
+        let pgrp = crate::linux::kernel::sys::process_group();
+        let uid = getuid().as_raw();
         let mut ancestors = Vec::new();
-        let mut cursor = stat.ppid;
+        let mut cursor = getppid().map_or(0, |p| p.as_raw_nonzero().get());
         while cursor > 0 && ancestors.len() < 4096 {
             ancestors.push(cursor);
             match procfs.stat(cursor) {
@@ -172,7 +177,7 @@ impl Signaller {
         Ok(Self {
             me: SelfFacts {
                 pid,
-                pgrp: stat.pgrp,
+                pgrp,
                 uid,
                 ancestors,
                 owner_line: Vec::new(),
@@ -180,7 +185,8 @@ impl Signaller {
                 protected_groups: Vec::new(),
             },
             procfs,
-            host_pgrp: stat.pgrp,
+            host_pgrp: pgrp,
+            own_stat: std::sync::OnceLock::new(),
         })
     }
 
@@ -196,7 +202,20 @@ impl Signaller {
             me,
             procfs: self.procfs.clone(),
             host_pgrp: self.host_pgrp,
+            own_stat: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Our own /proc stat, read once per process: the start-up path asks for our
+    /// start time (the record, the tree cgroup's name) and controlling terminal
+    /// (CMD's session), which never change. Fields we change ourselves (the process
+    /// group) must not be read from it.
+    pub fn own_stat(&self) -> Result<crate::linux::kernel::procfs::Stat, ProcError> {
+        if let Some(stat) = self.own_stat.get() {
+            return Ok((**stat).clone());
+        }
+        let stat = self.procfs.stat(self.me.pid)?;
+        Ok((**self.own_stat.get_or_init(|| Box::new(stat))).clone())
     }
 
     /// Protects `owner` and its ancestors like our own (see `SelfFacts::owner_line`).
