@@ -52,7 +52,7 @@ async function main() {
   const onLine = sup._onLine.bind(sup);
   sup._onLine = (line) => {
     const msg = JSON.parse(line);
-    if ('event' in msg) seen.push(['ExitedEvent', msg]);
+    if ('event' in msg) seen.push([msg.event === 'ended' ? 'EndedEvent' : 'ExitedEvent', msg]);
     onLine(line);
   };
   const check = (kind, reply) => (seen.push([kind, reply]), reply);
@@ -120,7 +120,7 @@ test('real replies and events of the Supervisor validate against the schema', ()
   assert.deepEqual(out, [
     'STATUS 3',
     'WRONG refused',
-    'VALID AdoptReply,ErrorReply,ExitedEvent,HelloReply,KillReply,ListReply,RegisterReply,ReleaseReply,SpawnReply,UnregisterReply',
+    'VALID AdoptReply,EndedEvent,ErrorReply,ExitedEvent,HelloReply,KillReply,ListReply,RegisterReply,ReleaseReply,SpawnReply,UnregisterReply',
   ]);
 });
 
@@ -132,7 +132,7 @@ test('replies are typed per verb for a strict TypeScript consumer', () => {
 async function main(): Promise<void> {
   const sup = new Supervisor();
   const hello: HelloReply = await sup.start();
-  const tier: 'cgroup' | 'subreaper' = hello.tier;
+  const tier: 'cgroup' | 'subreaper' | 'job' = hello.tier;
   const trees: ListedTree[] = await sup.list();
   const pgid: number | null = trees[0].pgid;
   const reg: RegisterReply = await sup.register(5);
