@@ -236,7 +236,7 @@ fn run_init(
         fg,
         spec.nofile,
         None,
-        std::process::id() as i32,
+        Some(std::process::id() as i32),
         spec.own_session,
     );
     let child = cmd.spawn().map_err(|e| {

@@ -88,11 +88,13 @@ pub struct Launch<'a> {
 
 /// Spawns CMD with std's `Command` (subreaper tier, or a kernel without
 /// CLONE_INTO_CGROUP, or a command with its own stdio or cwd: then the child joins
-/// its cgroup through `join_fd` before exec).
+/// its cgroup through `join_fd` before exec). `pdeathsig`: CMD dies with the
+/// guardian (every tier but portable).
 pub(crate) fn spawn_with_std(
     launch: &Launch<'_>,
     cgroup_tree: Option<&CgroupTree>,
     join_fd: Option<OwnedFd>,
+    pdeathsig: bool,
 ) -> Result<PidRef, RunError> {
     let Launch {
         command: spec,
@@ -138,7 +140,7 @@ pub(crate) fn spawn_with_std(
         signaller.host_pgrp(),
         nofile,
         join_fd.as_ref().map(|fd| fd.as_raw_fd()),
-        signaller.me().pid,
+        pdeathsig.then_some(signaller.me().pid),
         own_session,
     );
     let child = cmd.spawn().map_err(|e| {
