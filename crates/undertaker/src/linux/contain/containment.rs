@@ -1,5 +1,5 @@
 //! Containment, chosen once: [`Containment::choose`] resolves a requested tier
-//! (`auto|cgroup|pidns|subreaper`) for `run` and `doctor` alike, and a [`Placement`] is
+//! (`auto|cgroup|pidns|subreaper|portable`) for `run` and `doctor` alike, and a [`Placement`] is
 //! that choice set up for one tree: it starts CMD inside itself and reports who is in
 //! it.
 
