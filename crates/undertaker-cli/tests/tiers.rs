@@ -678,3 +678,47 @@ fn portable_decoy_with_recycled_pid_is_never_signalled() {
     kill9(&mut decoy);
     assert_nothing_left();
 }
+
+/// The perl zoo (every escape kind, a stopped member and one that forks on
+/// SIGTERM), CMD's exit or the owner's `kill -9`: nothing is left in either case.
+#[test]
+fn portable_perl_zoo_leaves_no_survivor_after_cmd_exit_or_owner_kill9() {
+    if !isolate("portable_perl_zoo_leaves_no_survivor_after_cmd_exit_or_owner_kill9") {
+        return;
+    }
+    for owner_dies in [false, true] {
+        let scratch = Scratch::new("portable-perl-zoo");
+        let zoo = scratch.file("zoo.pl", ZOO);
+        let pids = scratch.path().join("pids");
+        let script = format!(
+            "perl {zoo} {pids} & while [ $(wc -l < {pids} 2>/dev/null || echo 0) -lt {ZOO_SIZE} ]; do sleep 0.05; done; {end}",
+            zoo = zoo.display(),
+            pids = pids.display(),
+            end = if owner_dies { "wait" } else { "exit 3" },
+        );
+        let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+        let mut guardian = undertaker()
+            .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
+            .arg(owner.id().to_string())
+            .args(["--", "sh", "-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || zoo_pids(&pids).len()
+                == ZOO_SIZE
+                || !alive(guardian.id() as i32)),
+            "zoo did not start"
+        );
+        if owner_dies {
+            kill9(&mut owner);
+        }
+        let st = wait_child(&mut guardian, Duration::from_secs(60)).expect("guardian ended");
+        if !owner_dies {
+            assert_eq!(st.code(), Some(3), "CMD's status");
+            kill9(&mut owner);
+        }
+        assert_eq!(zoo_pids(&pids).len(), ZOO_SIZE);
+        assert_nothing_left();
+    }
+}
