@@ -723,3 +723,57 @@ fn portable_perl_zoo_leaves_no_survivor_after_cmd_exit_or_owner_kill9() {
         assert_nothing_left();
     }
 }
+
+/// The registry commands on a portable tree: `ps` names the tier, `kill LABEL`
+/// ends a live guardian's tree (a `setsid` escapee included) and, after both
+/// undertaker processes were killed, a dead one's, found by its member record and
+/// marker; no member record is left either way.
+#[test]
+fn portable_ps_and_kill_by_label_for_live_and_dead_guardians() {
+    if !isolate("portable_ps_and_kill_by_label_for_live_and_dead_guardians") {
+        return;
+    }
+    let scratch = Scratch::new("portable-registry");
+    let state = scratch.path().join("state");
+    for (label, guardian_dead) in [("live", false), ("dead", true)] {
+        let ready = scratch.path().join(format!("{label}.ready"));
+        let mut wrapper = undertaker()
+            .arg("run")
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--tier", "portable", "--label", label, "--grace", "300ms"])
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "setsid sh -c 'sleep 1000 & exit 0'; sleep 1000 & echo > {}; wait",
+                ready.display()
+            ))
+            .env_remove("UNDERTAKER_STATE_DIR")
+            .spawn()
+            .unwrap();
+        assert!(wait_for_file(&ready, Duration::from_secs(60)));
+        let tree = find_tree(&state, label, Duration::from_secs(60)).expect("recorded");
+        assert_eq!(tree["tier"], "portable", "{tree}");
+        if guardian_dead {
+            kill9_all(&mut wrapper);
+            assert!(live_processes_except_self().len() >= 3, "the tree waits");
+        }
+        let out = ut(&state, &["kill", label]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Ended by the kill (live), or reaped by kill9_all already (dead).
+        assert!(wait_child(&mut wrapper, Duration::from_secs(60)).is_some());
+        assert_nothing_left();
+        let members: Vec<_> = std::fs::read_dir(state.join("trees"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".members"))
+            .collect();
+        assert!(
+            members.is_empty(),
+            "{label}: member records left: {members:?}"
+        );
+    }
+}
