@@ -19,9 +19,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// How often the guardian looks for new members while the tree lives: the window
-/// in which an orphan whose marker was scrubbed must be seen (docs/GUARANTEES.md).
+/// How often the guardian looks at its members' children while the tree lives: the
+/// window in which a child that scrubbed its marker must be seen before its parent
+/// dies (docs/GUARANTEES.md).
 pub(crate) const TRACK_EVERY: Duration = Duration::from_millis(100);
+
+/// Every this many looks, one at every pid (members known only by their marker:
+/// `setsid` daemons reparented away from every member). A full scan reads every
+/// process; the children's look reads a few.
+const FULL_SCAN_EVERY: u32 = 10;
 
 /// The member record of tree `id`: beside its record file, when there is one.
 pub(crate) fn members_path(state: Option<&Path>, id: &TreeId) -> Option<PathBuf> {
@@ -83,6 +89,8 @@ pub(crate) struct Tracking {
     lineage: Lineage,
     os: LinuxOs,
     record: Option<PathBuf>,
+    /// Looks since the last full scan.
+    looks: u32,
 }
 
 impl Tracking {
@@ -100,6 +108,7 @@ impl Tracking {
             lineage,
             os,
             record,
+            looks: 0,
         };
         let facts = tracking.os.facts(root);
         if let Some(cmd) = facts.and_then(|f| tracking.lineage.seed(&f)) {
@@ -129,6 +138,7 @@ impl Tracking {
             lineage,
             os,
             record,
+            looks: 0,
         }
     }
 
@@ -148,9 +158,14 @@ impl Tracking {
         }
     }
 
-    /// One look for new members; each is watched and recorded.
+    /// One look for new members (at every pid once in [`FULL_SCAN_EVERY`], else at
+    /// the members' children); each is watched and recorded.
     pub(crate) fn track(&mut self) {
-        let found = self.lineage.scan(&mut self.os);
+        let found = match self.looks % FULL_SCAN_EVERY {
+            0 => self.lineage.scan(&mut self.os),
+            _ => self.lineage.scan_children(&mut self.os),
+        };
+        self.looks = self.looks.wrapping_add(1);
         for m in &found {
             self.os.watch(m);
         }
