@@ -22,6 +22,7 @@ use rustix::fd::BorrowedFd;
 use rustix::process::Signal;
 use std::time::{Duration, Instant};
 
+pub(crate) use portable::TRACK_EVERY;
 pub(crate) use teardown::tear_down_together;
 
 /// How long a host waits, idle beside a new tree, before it returns start-up's freed
@@ -751,8 +752,6 @@ impl Tree {
 
 #[cfg(test)]
 mod tests;
-
-pub(crate) use portable::TRACK_EVERY;
 
 /// The audit line of a signal to a tree's namespace init: our own unreaped child, held
 /// by its pidfd since its fork, so the number names it and nobody else.
