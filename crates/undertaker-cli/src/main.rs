@@ -251,6 +251,7 @@ enum TierArg {
     Cgroup,
     Pidns,
     Subreaper,
+    Portable,
 }
 
 impl From<TierArg> for Tier {
@@ -260,6 +261,7 @@ impl From<TierArg> for Tier {
             TierArg::Cgroup => Tier::Cgroup,
             TierArg::Pidns => Tier::Pidns,
             TierArg::Subreaper => Tier::Subreaper,
+            TierArg::Portable => Tier::Portable,
         }
     }
 }

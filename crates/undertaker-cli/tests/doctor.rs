@@ -26,7 +26,7 @@ fn json_has_the_documented_fields() {
         assert!(v["checks"][name]["ok"].is_boolean(), "{name}");
         assert!(v["checks"][name]["detail"].is_string(), "{name}");
     }
-    for tier in ["cgroup", "pidns", "subreaper"] {
+    for tier in ["cgroup", "pidns", "subreaper", "portable"] {
         assert!(v["tiers"][tier]["available"].is_boolean(), "{tier}");
         assert!(v["tiers"][tier]["detail"].is_string(), "{tier}");
     }
@@ -38,7 +38,7 @@ fn json_has_the_documented_fields() {
     );
     assert!(v.get("state_dir").is_some());
     // The machine's own answer must agree with what `run --tier` does.
-    for tier in ["cgroup", "pidns"] {
+    for tier in ["cgroup", "pidns", "portable"] {
         let ok = v["tiers"][tier]["available"].as_bool().unwrap();
         let st = undertaker()
             .args(["run", "--tier", tier, "--", "true"])

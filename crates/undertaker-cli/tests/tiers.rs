@@ -461,3 +461,319 @@ fn pidns_self_kill9_tears_the_tree_down_without_sweep() {
     }
     every_self_kill("pidns");
 }
+
+// The portable tier (docs/TIERS.md, "portable"): the macOS shape on Linux, with no
+// cgroup, no subreaper and no PDEATHSIG on CMD; members proven by lineage and marker.
+
+#[test]
+fn portable_owner_kill9_leaves_no_survivor() {
+    if !isolate("portable_owner_kill9_leaves_no_survivor") {
+        return;
+    }
+    zoo_then_kill("portable", Victim::Owner, false, "portable-owner");
+    assert_nothing_left();
+}
+
+#[test]
+fn portable_self_kill9_tears_the_tree_down_without_sweep() {
+    if !isolate("portable_self_kill9_tears_the_tree_down_without_sweep") {
+        return;
+    }
+    every_self_kill("portable");
+}
+
+#[test]
+fn portable_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor() {
+    if !isolate("portable_every_undertaker_process_kill9_then_one_sweep_leaves_no_survivor") {
+        return;
+    }
+    let (state, _tree) = zoo_then_kill("portable", Victim::Everything, false, "portable-both");
+    // No PDEATHSIG: CMD and the whole zoo outlive both undertaker processes.
+    assert!(
+        live_processes_except_self().len() >= 8,
+        "the zoo should wait for the sweep"
+    );
+    let out = state.sweep();
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_nothing_left();
+}
+
+/// The member record lets `sweep` find what the marker cannot: a member that
+/// scrubbed its environment, proven by lineage while its parent lived, whose parent
+/// then died (it is init's child now, unmarked).
+#[test]
+fn portable_sweep_finds_a_recorded_scrubbed_orphan() {
+    if !isolate("portable_sweep_finds_a_recorded_scrubbed_orphan") {
+        return;
+    }
+    let dir = Scratch::world_writable("portable-recorded");
+    let state = ZooState::new(false);
+    let orphan = dir.path().join("orphan.pid");
+    let parent = dir.path().join("parent.pid");
+    let release = dir.path().join("release");
+    // The scrubbed sleeper's parent lives until the test has seen the sleeper in the
+    // member record, then exits: the sleeper is reparented to init, unmarked.
+    let script = format!(
+        "env -i sh -c 'sleep 1000 & echo $! > {orphan}; echo $$ > {parent}; while [ ! -e {release} ]; do sleep 0.05; done' & sleep 1000",
+        orphan = orphan.display(),
+        parent = parent.display(),
+        release = release.display(),
+    );
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let mut cmd = undertaker();
+    state.apply(&mut cmd);
+    let mut wrapper = cmd
+        .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
+        .arg(owner.id().to_string())
+        .args(["--", "sh", "-c", &script])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&parent, Duration::from_secs(60)));
+    let orphan_pid: i32 = {
+        assert!(wait_until(Duration::from_secs(60), || !read_lines(&orphan).is_empty()));
+        read_lines(&orphan)[0].parse().unwrap()
+    };
+    let tree = state.tree_id();
+    let record = state
+        .dir
+        .as_ref()
+        .unwrap()
+        .path()
+        .join(format!("trees/{tree}.members"));
+    let recorded = || {
+        read_lines(&record)
+            .iter()
+            .any(|l| l.split(' ').next() == Some(&orphan_pid.to_string()))
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), recorded),
+        "the guardian's tracking never recorded the scrubbed sleeper"
+    );
+    let parent_pid: i32 = read_lines(&parent)[0].parse().unwrap();
+    std::fs::write(&release, "").unwrap();
+    assert!(wait_until(Duration::from_secs(60), || !alive(parent_pid)));
+    assert_eq!(parent_of(orphan_pid), Some(1), "reparented to init");
+    kill9_all(&mut wrapper);
+    kill9(&mut owner);
+    assert!(alive(orphan_pid), "only the sweep may end it");
+    let out = state.sweep();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_nothing_left();
+}
+
+/// Where Linux without a subreaper must lose a member (docs/GUARANTEES.md,
+/// "portable"): a member that scrubs its environment and whose parent dies before
+/// any scan saw it is nobody's: no marker, no living link, no record. The test
+/// asserts that miss (then ends the survivor itself); a scan that happened to land
+/// in the microseconds the link existed would have recorded it, and then it must die.
+#[test]
+fn portable_misses_a_scrubbed_orphan_whose_parent_died_before_a_scan() {
+    if !isolate("portable_misses_a_scrubbed_orphan_whose_parent_died_before_a_scan") {
+        return;
+    }
+    let dir = Scratch::world_writable("portable-miss");
+    let state = ZooState::new(false);
+    let orphan = dir.path().join("orphan.pid");
+    // The intermediate forks the scrubbed sleeper and exits at once.
+    let script = format!(
+        "perl -e '%ENV = (); my $p = fork(); if ($p == 0) {{ exec(\"sleep\", \"1000\") }} open(my $f, \">\", \"{}\"); print $f \"$p\\n\"; close $f; POSIX::_exit(0)' -MPOSIX; sleep 1000",
+        orphan.display()
+    );
+    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let mut cmd = undertaker();
+    state.apply(&mut cmd);
+    let mut wrapper = cmd
+        .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
+        .arg(owner.id().to_string())
+        .args(["--", "sh", "-c", &script])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(60), || !read_lines(&orphan).is_empty()));
+    let orphan_pid: i32 = read_lines(&orphan)[0].parse().unwrap();
+    let tree = state.tree_id();
+    let record = state
+        .dir
+        .as_ref()
+        .unwrap()
+        .path()
+        .join(format!("trees/{tree}.members"));
+    // Several tracking rounds pass: none can link it any more.
+    std::thread::sleep(Duration::from_millis(500));
+    let recorded = read_lines(&record)
+        .iter()
+        .any(|l| l.split(' ').next() == Some(&orphan_pid.to_string()));
+    kill9(&mut owner);
+    assert!(wait_child(&mut wrapper, Duration::from_secs(60)).is_some());
+    reap_zombies();
+    let left = live_processes_except_self();
+    if recorded {
+        eprintln!("the scan landed in the window: the sleeper was recorded, so it must be gone");
+        assert!(left.is_empty(), "survivors: {left:?}");
+        return;
+    }
+    assert_eq!(
+        left,
+        vec![orphan_pid],
+        "exactly the unrecorded scrubbed orphan survives (the asserted miss)"
+    );
+    let fd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(orphan_pid).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .unwrap();
+    assert_eq!(parent_of(orphan_pid), Some(1), "our own orphan");
+    rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL).unwrap();
+    assert_nothing_left();
+}
+
+/// A member exits and a stranger takes its pid (and leads a group with that
+/// number): the portable teardown, which proves members by serial, never signals it.
+#[test]
+fn portable_decoy_with_recycled_pid_is_never_signalled() {
+    if !isolate("portable_decoy_with_recycled_pid_is_never_signalled") {
+        return;
+    }
+    let scratch = Scratch::new("portable-decoy");
+    let pids = scratch.path().join("pids");
+    let script = format!(
+        "sh -c 'echo $$ > {0}.short; exec setsid true'; sleep 1000 & echo $! > {0}; wait",
+        pids.display()
+    );
+    let mut guardian = undertaker()
+        .args(["run", "--tier", "portable", "--grace", "300ms", "--"])
+        .args(["sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    let short = scratch.path().join("pids.short");
+    assert!(wait_until(Duration::from_secs(60), || pids.exists() && short.exists()));
+    let recycled: i32 = read_lines(&short)[0].parse().unwrap();
+    assert!(wait_until(Duration::from_secs(60), || !alive(recycled)));
+    // Let the tracking record the short member first (it is in the lineage forever).
+    std::thread::sleep(Duration::from_millis(300));
+    if let Err(e) = set_next_pid(recycled) {
+        skip(&format!("cannot write ns_last_pid: {e}"));
+        kill9(&mut guardian);
+        return;
+    }
+    let (mut decoy, decoy_log) = spawn_decoy(&scratch, "decoy.log");
+    assert_eq!(
+        decoy.id() as i32,
+        recycled,
+        "ns_last_pid did not hand out the pid"
+    );
+    signal_child(&guardian, rustix::process::Signal::TERM);
+    guardian.wait().unwrap();
+    assert_decoy_untouched(&decoy, &decoy_log);
+    kill9(&mut decoy);
+    assert_nothing_left();
+}
+
+/// The perl zoo (every escape kind, a stopped member and one that forks on
+/// SIGTERM), CMD's exit or the owner's `kill -9`: nothing is left in either case.
+#[test]
+fn portable_perl_zoo_leaves_no_survivor_after_cmd_exit_or_owner_kill9() {
+    if !isolate("portable_perl_zoo_leaves_no_survivor_after_cmd_exit_or_owner_kill9") {
+        return;
+    }
+    for owner_dies in [false, true] {
+        let scratch = Scratch::new("portable-perl-zoo");
+        let zoo = scratch.file("zoo.pl", ZOO);
+        let pids = scratch.path().join("pids");
+        let script = format!(
+            "perl {zoo} {pids} & while [ $(wc -l < {pids} 2>/dev/null || echo 0) -lt {ZOO_SIZE} ]; do sleep 0.05; done; {end}",
+            zoo = zoo.display(),
+            pids = pids.display(),
+            end = if owner_dies { "wait" } else { "exit 3" },
+        );
+        let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
+        let mut guardian = undertaker()
+            .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
+            .arg(owner.id().to_string())
+            .args(["--", "sh", "-c", &script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || zoo_pids(&pids).len()
+                == ZOO_SIZE
+                || !alive(guardian.id() as i32)),
+            "zoo did not start"
+        );
+        if owner_dies {
+            kill9(&mut owner);
+        }
+        let st = wait_child(&mut guardian, Duration::from_secs(60)).expect("guardian ended");
+        if !owner_dies {
+            assert_eq!(st.code(), Some(3), "CMD's status");
+        }
+        // Already gone when it was the victim (a kill of a reaped child is a no-op).
+        kill9(&mut owner);
+        assert_eq!(zoo_pids(&pids).len(), ZOO_SIZE);
+        assert_nothing_left();
+    }
+}
+
+/// The registry commands on a portable tree: `ps` names the tier, `kill LABEL`
+/// ends a live guardian's tree (a `setsid` escapee included) and, after both
+/// undertaker processes were killed, a dead one's, found by its member record and
+/// marker; no member record is left either way.
+#[test]
+fn portable_ps_and_kill_by_label_for_live_and_dead_guardians() {
+    if !isolate("portable_ps_and_kill_by_label_for_live_and_dead_guardians") {
+        return;
+    }
+    let scratch = Scratch::new("portable-registry");
+    let state = scratch.path().join("state");
+    for (label, guardian_dead) in [("live", false), ("dead", true)] {
+        let ready = scratch.path().join(format!("{label}.ready"));
+        let mut wrapper = undertaker()
+            .arg("run")
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--tier", "portable", "--label", label, "--grace", "300ms"])
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                "setsid sh -c 'sleep 1000 & exit 0'; sleep 1000 & echo > {}; wait",
+                ready.display()
+            ))
+            .env_remove("UNDERTAKER_STATE_DIR")
+            .spawn()
+            .unwrap();
+        assert!(wait_for_file(&ready, Duration::from_secs(60)));
+        let tree = find_tree(&state, label, Duration::from_secs(60)).expect("recorded");
+        assert_eq!(tree["tier"], "portable", "{tree}");
+        if guardian_dead {
+            kill9_all(&mut wrapper);
+            assert!(live_processes_except_self().len() >= 3, "the tree waits");
+        }
+        let out = ut(&state, &["kill", label]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Ended by the kill (live), or reaped by kill9_all already (dead).
+        assert!(wait_child(&mut wrapper, Duration::from_secs(60)).is_some());
+        assert_nothing_left();
+        let members: Vec<_> = std::fs::read_dir(state.join("trees"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.ends_with(".members"))
+            .collect();
+        assert!(
+            members.is_empty(),
+            "{label}: member records left: {members:?}"
+        );
+    }
+}

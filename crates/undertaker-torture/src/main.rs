@@ -224,6 +224,28 @@ fn worker(cli: &Cli) -> Result<i32> {
             supervise::run_trial(&mut ctx, sv, &mut rng)
         }));
     }
+    // `undertaker run --tier portable` (docs/TIERS.md, "portable"): the same reuse
+    // and chaos trials, in the default set when no tier was asked for.
+    if ctx.tier.is_none() {
+        ctx.tier = Some("portable".into());
+        for &&scenario in &reuse {
+            let cell = Cell::new(report::PORTABLE, scenario.name(), "reuse");
+            cells.push(run_cell(cell, per_cell, || {
+                scenarios::run_trial(&mut ctx, scenarios::Strategy::Undertaker, scenario)
+            }));
+        }
+        for &&target in &chaos_targets {
+            let cell = Cell::new(report::PORTABLE, target.scenario_name(), "chaos");
+            if target.needs_sweep() && !ctx.sweep_available {
+                cells.push(cell.not_run("sweep unavailable"));
+                continue;
+            }
+            cells.push(run_cell(cell, per_cell, || {
+                chaos::run_trial(&mut ctx, target, &mut rng)
+            }));
+        }
+        ctx.tier = None;
+    }
     for strategy in scenarios::STRATEGIES
         .iter()
         .filter(|s| **s != scenarios::Strategy::Undertaker)

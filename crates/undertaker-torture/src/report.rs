@@ -57,10 +57,17 @@ impl Cell {
     }
 }
 
-/// The strategies whose failures fail the run: undertaker's two ways of holding
-/// trees (`run`, and `supervise`); the baselines are measured, not judged.
+/// The cells of `undertaker run --tier portable` (docs/TIERS.md, "portable").
+pub const PORTABLE: &str = "undertaker-portable";
+
+/// The strategies whose failures fail the run: undertaker's ways of holding trees
+/// (`run`, `run --tier portable`, and `supervise`); the baselines are measured, not
+/// judged.
 pub fn under_test(strategy: &str) -> bool {
-    matches!(strategy, "undertaker" | crate::supervise::STRATEGY)
+    matches!(
+        strategy,
+        "undertaker" | PORTABLE | crate::supervise::STRATEGY
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -92,7 +99,7 @@ pub fn print_table(r: &Report) {
         }
     );
     println!(
-        "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
+        "{:<19} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  note",
         "strategy",
         "scenario",
         "trials",
@@ -106,7 +113,7 @@ pub fn print_table(r: &Report) {
     for c in &r.cells {
         if !c.ran {
             println!(
-                "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+                "{:<19} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
                 c.strategy,
                 c.scenario,
                 "-",
@@ -121,7 +128,7 @@ pub fn print_table(r: &Report) {
             continue;
         }
         println!(
-            "{:<13} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
+            "{:<19} {:<24} {:>6} {:>6} {:>6} {:>9} {:>7} {:>9} {:>6}  {}",
             c.strategy,
             c.scenario,
             c.trials,

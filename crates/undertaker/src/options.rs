@@ -26,6 +26,9 @@ pub enum Tier {
     Cgroup,
     Pidns,
     Subreaper,
+    /// The macOS shape on Linux (docs/TIERS.md, "portable"): no cgroup, no
+    /// subreaper, no PDEATHSIG on CMD; members proven by the portable core. Opt-in.
+    Portable,
 }
 
 impl Tier {
@@ -35,6 +38,7 @@ impl Tier {
             Tier::Cgroup => "cgroup",
             Tier::Pidns => "pidns",
             Tier::Subreaper => "subreaper",
+            Tier::Portable => "portable",
         }
     }
 }

@@ -125,12 +125,26 @@ impl Lineage {
     /// after reparenting can rewrite it), then every pid. Known members are re-read
     /// for their current version (what a `NOTE_EXEC` re-read does on macOS).
     pub fn scan(&mut self, table: &mut impl ProcessTable) -> Vec<Member> {
+        self.grow(table, true)
+    }
+
+    /// [`Lineage::scan`] of the known members' children alone, to a fixed point: no
+    /// look at every pid, so no marker member is found that no member is the parent
+    /// of. What a tracking loop runs between full scans: a child's link to its
+    /// parent is what Linux loses when the parent dies (docs/TIERS.md, "portable").
+    pub fn scan_children(&mut self, table: &mut impl ProcessTable) -> Vec<Member> {
+        self.grow(table, false)
+    }
+
+    fn grow(&mut self, table: &mut impl ProcessTable, everyone: bool) -> Vec<Member> {
         let mut found = Vec::new();
         for _ in 0..MAX_PASSES {
             let before = found.len();
             let live: Vec<i32> = self.live_pids();
             let mut candidates: Vec<i32> = live.iter().flat_map(|&p| table.children(p)).collect();
-            candidates.extend(table.pids());
+            if everyone {
+                candidates.extend(table.pids());
+            }
             let mut looked = HashSet::new();
             for pid in candidates {
                 if !looked.insert(pid) {

@@ -192,6 +192,25 @@ fn exec_after_reparenting_is_caught_by_the_parent_version_on_15_4() {
     assert_eq!(s.tear_down(&mut lineage), NO_SURVIVOR);
 }
 
+/// The tracking loop's cheap look (`scan_children`) follows members' children only:
+/// a scrubbed child of a member is found, a marked daemon reparented away from every
+/// member waits for the next full scan, which finds it by its marker.
+#[test]
+fn children_look_finds_members_children_and_leaves_reparented_daemons_to_the_full_scan() {
+    let mut s = Setup::new(99_999, false, 11, STILL);
+    let mut lineage = s.lineage();
+    let (i, d) = double_fork(&mut s);
+    s.world.k.exit(i); // D, marked, now launchd's
+    let e = s.fork(s.cmd);
+    s.world.k.exec(e, true); // env -i child of CMD
+    let cheap = lineage.scan_children(&mut s.world);
+    assert!(cheap.iter().any(|m| m.pid == e));
+    assert!(!cheap.iter().any(|m| m.pid == d), "no look at every pid");
+    let full = lineage.scan(&mut s.world);
+    assert!(full.iter().any(|m| m.pid == d && m.why == Why::Marker));
+    assert_eq!(s.tear_down(&mut lineage), NO_SURVIVOR);
+}
+
 // --- escapes the design cannot catch: asserted misses ------------------------------
 
 /// docs/GUARANTEES.md, macOS miss 1: before 15.4, a scrubbed daemon forked after the

@@ -136,6 +136,8 @@ pub enum RecordedTier {
     Cgroup,
     Pidns,
     Subreaper,
+    /// The portable core's lineage and marker (docs/TIERS.md, "portable").
+    Portable,
     /// A Windows Job Object with kill-on-close.
     Job,
     /// Not recorded (a tree known only from its lock file).
@@ -146,6 +148,7 @@ crate::names::names!(RecordedTier {
     Cgroup => "cgroup",
     Pidns => "pidns",
     Subreaper => "subreaper",
+    Portable => "portable",
     Job => "job",
     Unknown => "unknown",
 });
@@ -156,6 +159,7 @@ impl RecordedTier {
             "cgroup" => RecordedTier::Cgroup,
             "pidns" => RecordedTier::Pidns,
             "subreaper" => RecordedTier::Subreaper,
+            "portable" => RecordedTier::Portable,
             "job" => RecordedTier::Job,
             _ => RecordedTier::Unknown,
         }
@@ -168,6 +172,7 @@ impl From<crate::Tier> for RecordedTier {
             crate::Tier::Cgroup => RecordedTier::Cgroup,
             crate::Tier::Pidns => RecordedTier::Pidns,
             crate::Tier::Subreaper => RecordedTier::Subreaper,
+            crate::Tier::Portable => RecordedTier::Portable,
             // A request, never a recorded choice.
             crate::Tier::Auto => RecordedTier::Unknown,
         }

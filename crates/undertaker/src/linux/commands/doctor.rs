@@ -211,6 +211,14 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         tier(Tier::Cgroup, &cgroup),
         tier(Tier::Pidns, &namespaces),
         tier(Tier::Subreaper, &subreaper),
+        // Opt-in, never `auto`'s choice; it needs nothing but pidfds.
+        tier(
+            Tier::Portable,
+            &own_pidfd().map(|_| {
+                "opt-in: no cgroup, subreaper or PDEATHSIG; members by lineage and marker (docs/TIERS.md)"
+                    .to_string()
+            }),
+        ),
     ];
     // The very choice `run` makes.
     let auto = Containment::choose(Tier::Auto).map_or(Tier::Subreaper, |c| c.tier());

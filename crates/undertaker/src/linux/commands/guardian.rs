@@ -10,12 +10,13 @@ use crate::linux::commands::heal;
 use crate::linux::commands::host::{self, Begun, HostProcess};
 use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::sentinel::{self, Split};
-use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER};
+use crate::linux::commands::tree::{Cause, Tree, SETTLE_AFTER, TRACK_EVERY};
 use crate::linux::commands::{replace, started_by};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::owner::{Owner, StdioPeer};
 use crate::linux::contain::spawn::{cmd_gets_own_session, CommandSpec, Launch};
 use crate::linux::kernel::sys;
+use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::{RunError, RunOptions, Tier};
 use rustix::event::PollFlags;
@@ -28,6 +29,10 @@ use std::time::Instant;
 /// `heal`: once CMD has run [`heal::DELAY`], look (cheaply) for dead guardians' trees
 /// in this state dir and, only if there are some, finish a few of them on a
 /// background thread (see `heal`).
+///
+/// `sentinel`: the portable tier's watch on the sentinel (its death is the host's
+/// stop, which PDEATHSIG tells the other tiers); that tier also looks for new
+/// members every [`TRACK_EVERY`].
 fn watch(
     host: &mut HostProcess,
     tree: &mut Tree,
@@ -35,9 +40,11 @@ fn watch(
     stdio: &mut Option<StdioPeer>,
     signaller: &Signaller,
     heal: Option<&std::path::Path>,
+    sentinel: Option<&PidRef>,
 ) -> Cause {
     let mut heal_at = heal::enabled().then(|| Instant::now() + heal::DELAY);
     let mut settle_at = Some(Instant::now() + SETTLE_AFTER);
+    let mut track_at = tree.track().then(|| Instant::now() + TRACK_EVERY);
     loop {
         let Some(root) = tree.root() else {
             return Cause::CommandExited;
@@ -45,7 +52,8 @@ fn watch(
         let mut fds = vec![(root.fd(), PollFlags::IN)];
         fds.extend(owner.fd().map(|fd| (fd, PollFlags::IN)));
         fds.extend(stdio.iter().flat_map(StdioPeer::fds));
-        let wake = settle_at.into_iter().chain(heal_at).min();
+        fds.extend(sentinel.map(|s| (s.fd(), PollFlags::IN)));
+        let wake = settle_at.into_iter().chain(heal_at).chain(track_at).min();
         let Some(got) = host.next_event(&fds, wake) else {
             return Cause::Terminated;
         };
@@ -61,11 +69,15 @@ fn watch(
             heal_at = None;
             heal::start_if_needed(heal.map(std::path::Path::to_path_buf));
         }
+        if track_at.is_some_and(|at| Instant::now() >= at) {
+            tree.track();
+            track_at = Some(Instant::now() + TRACK_EVERY);
+        }
         for sig in got.forward {
             tree.forward(signaller, sig);
         }
         tree.reap(host);
-        if got.terminate {
+        if got.terminate || sentinel.is_some_and(PidRef::exited) {
             return Cause::Terminated;
         }
         if tree.root_exited() {
@@ -94,9 +106,14 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     // or the host itself.
     let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
-    let signaller = match sentinel::split(&signaller)? {
+    let portable = guard.tier == Tier::Portable;
+    let signaller = match sentinel::split(&signaller, portable)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
         Split::Guardian(signaller) => signaller,
+    };
+    let sentinel_watch = match portable {
+        true => Some(sentinel::watch_sentinel(&signaller)?),
+        false => None,
     };
     let containment = Containment::choose(guard.tier)?;
     tracing::debug!(tier = %containment.tier(), "tier chosen");
@@ -155,6 +172,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         &mut stdio,
         &signaller,
         guard.state_dir.as_deref(),
+        sentinel_watch.as_ref(),
     );
     tracing::debug!("tearing down tree {}: {}", tree.id(), cause.describe());
     // The terminal goes back to our group before the tree is signalled; a namespace

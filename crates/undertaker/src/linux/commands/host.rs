@@ -89,7 +89,7 @@ impl HostProcess {
         signals: BlockedSignals,
     ) -> Result<Self, RunError> {
         let nofile = raise_fd_limit();
-        if !matches!(containment, Containment::Pidns) {
+        if !matches!(containment, Containment::Pidns | Containment::Portable) {
             rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
                 .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
         }

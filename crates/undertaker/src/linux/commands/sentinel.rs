@@ -44,11 +44,17 @@ pub(crate) struct Sentinel {
 
 /// Forks the guardian. Both sides return; the caller's signal mask and signalfd are
 /// inherited, so no signal arriving around the fork is lost.
-pub(crate) fn split(signaller: &Signaller) -> Result<Split, RunError> {
+///
+/// `portable` (docs/TIERS.md, "portable"): the pair without a subreaper or
+/// PDEATHSIG, as on macOS. Each watches the other's pidfd; the sentinel finds a dead
+/// guardian's tree by its member record and marker.
+pub(crate) fn split(signaller: &Signaller, portable: bool) -> Result<Split, RunError> {
     let sentinel_pid = signaller.me().pid;
     // Before the fork: a guardian dying at any point hands its orphans to us.
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    if !portable {
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+            .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
+    }
     match sys::fork_guardian() {
         Err(e) => Err(RunError::Setup(format!("cannot fork the guardian: {e}"))),
         Ok(Forked::Parent { pid, pidfd }) => Ok(Split::Sentinel(Sentinel {
@@ -56,7 +62,7 @@ pub(crate) fn split(signaller: &Signaller) -> Result<Split, RunError> {
         })),
         Ok(Forked::Child) => {
             // A sentinel already gone means the host stopped us: start nothing.
-            sys::detach_guardian(sentinel_pid)
+            sys::detach_guardian(sentinel_pid, !portable)
                 .map_err(|e| RunError::Setup(format!("guardian start-up: {e}")))?;
             Ok(Split::Guardian(signaller.for_forked_child()))
         }
@@ -69,6 +75,19 @@ pub(crate) fn split(signaller: &Signaller) -> Result<Split, RunError> {
 pub(crate) fn gone(signaller: &Signaller) -> bool {
     let sentinel = signaller.me().ancestors.first().copied();
     rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != sentinel
+}
+
+/// In the guardian (portable tier, no PDEATHSIG): a pidfd on the sentinel, which
+/// turns readable when it dies. Opened while it is still our parent, so it names it.
+pub(crate) fn watch_sentinel(signaller: &Signaller) -> Result<PidRef, RunError> {
+    let gone_already = || RunError::OwnerGone("the undertaker process the host started".into());
+    let pid = alive(signaller).ok_or_else(gone_already)?;
+    let fd =
+        sys::pidfd_open(pid).map_err(|e| RunError::Setup(format!("pidfd_open({pid}): {e}")))?;
+    if gone(signaller) {
+        return Err(gone_already());
+    }
+    Ok(PidRef::from_parts(pid, fd))
 }
 
 /// In the guardian: the sentinel's pid while it is still our parent.
@@ -151,6 +170,14 @@ fn finish_orphaned_tree(
     signaller: Signaller,
     signals: BlockedSignals,
 ) {
+    if opts.tier == crate::Tier::Portable {
+        let mut host = HostProcess::new(signals, None);
+        let mut tree = Tree::orphaned_portable(opts, id.clone(), &signaller);
+        tree.tear_down(Cause::Terminated, &signaller, &mut host);
+        tree.finish();
+        sys::reclaim_foreground(signaller.host_pgrp());
+        return;
+    }
     let cgroup = cgroup::list_tree_cgroups(signaller.procfs())
         .into_iter()
         .find(|found| found.tree == *id)

@@ -1,6 +1,7 @@
 //! One guarded tree as a value: [`Tree`], the one tree model behind `run` (one tree,
 //! anchored on CMD) and `supervise` (many trees in one process).
 
+pub(crate) mod portable;
 mod taken;
 mod teardown;
 
@@ -21,6 +22,7 @@ use rustix::fd::BorrowedFd;
 use rustix::process::Signal;
 use std::time::{Duration, Instant};
 
+pub(crate) use portable::TRACK_EVERY;
 pub(crate) use teardown::tear_down_together;
 
 /// How long a host waits, idle beside a new tree, before it returns start-up's freed
@@ -163,6 +165,9 @@ struct Live {
     root_done: bool,
     /// The root's status went out (a supervisor's `exited` event is sent once).
     exit_announced: bool,
+    /// The portable tier: where its member record goes, then what the core tracks.
+    member_record: Option<std::path::PathBuf>,
+    portable: Option<portable::Tracking>,
 }
 
 impl Live {
@@ -216,6 +221,9 @@ impl Tree {
     ) -> Result<Self, RunError> {
         let tier = containment.tier().into();
         let recorder = Recorder::start(opts, &id, tier, signaller, owner, kind)?;
+        let member_record = matches!(containment, Containment::Portable)
+            .then(|| portable::members_path(opts.state_dir.as_deref(), &id))
+            .flatten();
         Ok(Tree {
             id,
             label: opts.label.clone(),
@@ -223,7 +231,10 @@ impl Tree {
             containment,
             recorder,
             anchors: Anchors::Command(Orphans::AllOfHost),
-            live: Live::default(),
+            live: Live {
+                member_record,
+                ..Live::default()
+            },
         })
     }
 
@@ -260,6 +271,42 @@ impl Tree {
                 ..Live::default()
             },
         }
+    }
+
+    /// The portable tier's tree of a guardian that died, finished by its sentinel:
+    /// no subreaper handed it the orphans, so the member record and the marker name
+    /// them.
+    pub(crate) fn orphaned_portable(
+        opts: &GuardOptions,
+        id: TreeId,
+        signaller: &Signaller,
+    ) -> Self {
+        let recorder = Recorder::adopt(opts, &id, signaller);
+        let record = portable::members_path(opts.state_dir.as_deref(), &id);
+        let tracking = portable::Tracking::orphaned(signaller, &id, record, None);
+        Tree {
+            id,
+            label: opts.label.clone(),
+            grace: opts.grace,
+            containment: Containment::Portable,
+            recorder,
+            anchors: Anchors::Command(Orphans::AllOfHost),
+            live: Live {
+                placement: Some(Placement::Portable),
+                portable: Some(tracking),
+                ..Live::default()
+            },
+        }
+    }
+
+    /// The portable tier: one look for new members (the guardian calls it every
+    /// [`TRACK_EVERY`] while the tree lives); `false` in the other tiers.
+    pub(crate) fn track(&mut self) -> bool {
+        self.live
+            .portable
+            .as_mut()
+            .map(portable::Tracking::track)
+            .is_some()
     }
 
     /// A fresh tree id: the boot id's prefix and 96 random bits.
@@ -307,6 +354,12 @@ impl Tree {
             if self.anchors_marked_orphans() {
                 self.live.root_starttime = procfs.stat(root.pid()).map_or(0, |s| s.starttime);
             }
+        }
+        if matches!(self.live.placement, Some(Placement::Portable)) {
+            let record = self.live.member_record.clone();
+            let tracking =
+                portable::Tracking::start(launch.signaller, &self.id, root.pid(), None, record);
+            self.live.portable = Some(tracking);
         }
         self.live.root = Some(root);
         Ok(())
@@ -543,6 +596,24 @@ impl Tree {
             self.tear_down_namespace(cause, signaller, host);
             return usize::from(self.live.init_stuck);
         }
+        if let Some(tracking) = self.live.portable.as_mut() {
+            let report = tracking.tear_down(self.grace);
+            self.recorder.audit_line(crate::registry::AuditEntry {
+                actor: "guardian".into(),
+                event: "note".into(),
+                message: Some(format!(
+                    "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
+                    report.delivered.len(),
+                    report.killed(),
+                    report.freeze_rounds,
+                    report.stuck.len()
+                )),
+                ..Default::default()
+            });
+            self.recorder.flush_audit();
+            self.live.reap(host);
+            return report.stuck.len();
+        }
         let grace = self.grace;
         tear_down_together(&mut [self], false, grace, signaller, host)
     }
@@ -671,6 +742,9 @@ impl Tree {
             return code;
         }
         self.remove_cgroup();
+        if let Some(tracking) = &live.portable {
+            tracking.forget();
+        }
         self.recorder.finished(live.root_status);
         live.root_status.unwrap_or(125)
     }

@@ -1,5 +1,5 @@
 //! Containment, chosen once: [`Containment::choose`] resolves a requested tier
-//! (`auto|cgroup|pidns|subreaper`) for `run` and `doctor` alike, and a [`Placement`] is
+//! (`auto|cgroup|pidns|subreaper|portable`) for `run` and `doctor` alike, and a [`Placement`] is
 //! that choice set up for one tree: it starts CMD inside itself and reports who is in
 //! it.
 
@@ -22,6 +22,9 @@ pub enum Containment {
     Pidns,
     /// The guardian as child subreaper: escaped descendants are reparented to it.
     Subreaper,
+    /// The macOS shape (docs/TIERS.md, "portable"): no cgroup, no subreaper, no
+    /// PDEATHSIG on CMD; the portable core proves the members.
+    Portable,
 }
 
 impl Containment {
@@ -31,6 +34,7 @@ impl Containment {
         let unavailable = |tier| move |why| RunError::TierUnavailable { tier, why };
         match requested {
             Tier::Subreaper => Ok(Containment::Subreaper),
+            Tier::Portable => Ok(Containment::Portable),
             Tier::Auto => match cgroup::locate() {
                 Ok(loc) => Ok(Containment::Cgroup(loc)),
                 Err(why) => {
@@ -52,6 +56,7 @@ impl Containment {
             Containment::Cgroup(_) => Tier::Cgroup,
             Containment::Pidns => Tier::Pidns,
             Containment::Subreaper => Tier::Subreaper,
+            Containment::Portable => Tier::Portable,
         }
     }
 }
@@ -64,6 +69,7 @@ pub(crate) enum Placement {
     /// of file tells the init we died). `None` until the init is started.
     Pidns(Option<OwnedFd>),
     Subreaper,
+    Portable,
 }
 
 impl Placement {
@@ -75,6 +81,7 @@ impl Placement {
     ) -> Result<Self, RunError> {
         match containment {
             Containment::Subreaper => Ok(Placement::Subreaper),
+            Containment::Portable => Ok(Placement::Portable),
             Containment::Pidns => Ok(Placement::Pidns(None)),
             Containment::Cgroup(loc) => {
                 let me = signaller.me().pid;
@@ -113,9 +120,11 @@ impl Placement {
         match self {
             Placement::Subreaper => match spawn_directly_into(None, launch) {
                 Ok(Some((pid, fd))) => Ok(PidRef::from_parts(pid, fd)),
-                Ok(None) => spawn_with_std(launch, None, None),
+                Ok(None) => spawn_with_std(launch, None, None, true),
                 Err(e) => Err(spawn_error(program, e)),
             },
+            // No PDEATHSIG: CMD outlives a killed guardian, as on macOS.
+            Placement::Portable => spawn_with_std(launch, None, None, false),
             Placement::Cgroup(cg) => {
                 let direct = spawn_directly_into(Some(cg), launch).map_err(|e| {
                     let _ = cg.remove(Duration::ZERO);
@@ -128,7 +137,7 @@ impl Placement {
                     let _ = cg.remove(Duration::ZERO);
                     RunError::Setup(format!("opening {}/cgroup.procs: {e}", cg.path.display()))
                 })?;
-                spawn_with_std(launch, Some(cg), Some(join))
+                spawn_with_std(launch, Some(cg), Some(join), true)
             }
             Placement::Pidns(alive) => {
                 let spec = pidns::InitSpec {

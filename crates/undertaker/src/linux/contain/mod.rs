@@ -8,7 +8,6 @@ pub mod containment;
 pub(crate) mod dispositions;
 pub(crate) mod owner;
 pub mod pidns;
-// `--tier portable`'s backend: exercised by its tests until the tier is wired in.
-#[cfg_attr(not(test), allow(dead_code))]
+// `--tier portable`'s backend (docs/TIERS.md, "portable").
 pub(crate) mod portable;
 pub(crate) mod spawn;

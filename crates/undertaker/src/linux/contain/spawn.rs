@@ -89,11 +89,13 @@ pub struct Launch<'a> {
 /// Spawns CMD with std's `Command` when [`spawn_directly_into`] cannot: a command
 /// with its own stdio or cwd (a supervisor's trees), or a kernel without clone3 or
 /// CLONE_INTO_CGROUP (then, in the cgroup tier, the child joins its cgroup through
-/// `join_fd` before exec).
+/// `join_fd` before exec). `pdeathsig`: CMD dies with the guardian (every tier but
+/// portable).
 pub(crate) fn spawn_with_std(
     launch: &Launch<'_>,
     cgroup_tree: Option<&CgroupTree>,
     join_fd: Option<OwnedFd>,
+    pdeathsig: bool,
 ) -> Result<PidRef, RunError> {
     let Launch {
         command: spec,
@@ -139,7 +141,7 @@ pub(crate) fn spawn_with_std(
         signaller.host_pgrp(),
         nofile,
         join_fd.as_ref().map(|fd| fd.as_raw_fd()),
-        signaller.me().pid,
+        pdeathsig.then_some(signaller.me().pid),
         own_session,
     );
     let child = cmd.spawn().map_err(|e| {

@@ -186,6 +186,9 @@ fn sweep_tree(
             targets,
         }));
     }
+    if rec.is_some_and(|r| r.tier == RecordedTier::Portable) {
+        sweep_portable(sweep, &tree, not_before);
+    }
     let (targets, left_alive) = tear_down_by_marker(sweep, id, &reason, &mut source, cgroup_sweep);
     finish_record(ctx, id, rec, info.as_ref());
     Ok(Some(TreeSweep {
@@ -289,6 +292,28 @@ fn dry_sweep(
         .filter(|t| matches!(t.outcome, TargetOutcome::WouldSignal))
         .count();
     (targets, left_alive)
+}
+
+/// The portable tier's members that the marker cannot name (a scrubbed
+/// environment whose parent died), from the tree's member record, torn down by
+/// the portable core before the marker sweep (docs/TIERS.md, "portable").
+fn sweep_portable(sweep: &Sweep<'_>, tree: &TreeId, not_before: u64) {
+    use crate::linux::commands::tree::portable::sweep_recorded;
+    let (ctx, actor) = (sweep.ctx, sweep.actor);
+    let trees = ctx.dir.trees_dir();
+    let report = sweep_recorded(&ctx.signaller, tree, &trees, not_before, sweep.grace);
+    let _ = ctx.registry.append_audit(&AuditEntry {
+        tree: Some(tree.to_string()),
+        actor: actor.into(),
+        event: "note".into(),
+        message: Some(format!(
+            "{actor}: portable tier: {} member(s) from the member record, lineage and marker SIGKILLed ({} signals delivered, {} stuck)",
+            report.killed(),
+            report.delivered.len(),
+            report.stuck.len()
+        )),
+        ..Default::default()
+    });
 }
 
 /// Tears a dead guardian's tree down by marker (its cgroup, if any, was swept

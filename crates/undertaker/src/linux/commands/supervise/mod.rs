@@ -43,6 +43,11 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
                 .into(),
         ));
     }
+    if opts.tier == Tier::Portable {
+        return Err(RunError::Usage(
+            "supervise does not offer the portable tier yet (docs/TIERS.md, \"portable\")".into(),
+        ));
+    }
     // Our own session: a host that signals its own process group must not take us
     // down before the trees.
     let Begun {

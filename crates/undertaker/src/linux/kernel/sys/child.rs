@@ -26,7 +26,7 @@ pub fn install_child_setup(
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
     cgroup_procs: Option<RawFd>,
-    guardian_pid: i32,
+    pdeathsig_guardian: Option<i32>,
     own_session: bool,
 ) {
     use std::os::unix::process::CommandExt;
@@ -41,7 +41,7 @@ pub fn install_child_setup(
                     return Err(io::Error::from_raw_os_error(CGROUP_JOIN_FAILED));
                 }
             }
-            prepare_child(guardian_pid, guardian_pgrp, nofile_soft, own_session)
+            prepare_child(pdeathsig_guardian, guardian_pgrp, nofile_soft, own_session)
                 .map_err(io::Error::from_raw_os_error)?;
             Ok(())
         });
@@ -81,7 +81,7 @@ pub fn reclaim_foreground(pgrp: i32) {
 ///   process of that session could join.
 /// - The terminal handed to CMD's group when it was the guardian's (what tini does).
 fn prepare_child(
-    guardian_pid: i32,
+    pdeathsig_guardian: Option<i32>,
     guardian_pgrp: i32,
     nofile_soft: Option<u64>,
     own_session: bool,
@@ -96,10 +96,13 @@ fn prepare_child(
         if !grouped {
             return Err(*libc::__errno_location());
         }
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
-            || libc::getppid() != guardian_pid
-        {
-            return Err(libc::ESRCH);
+        // None: the portable tier, which has no PDEATHSIG (docs/TIERS.md).
+        if let Some(guardian_pid) = pdeathsig_guardian {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0
+                || libc::getppid() != guardian_pid
+            {
+                return Err(libc::ESRCH);
+            }
         }
         let mut none = MaybeUninit::<libc::sigset_t>::uninit();
         libc::sigemptyset(none.as_mut_ptr());
@@ -234,11 +237,14 @@ pub fn fork_guardian() -> io::Result<Forked> {
 /// SIGTERM — its "tear down" signal — when the sentinel dies, however it dies. The
 /// sentinel is our own single-threaded parent, so PDEATHSIG means exactly its death.
 /// Fails when the sentinel died before the prctl (we were already reparented).
-pub fn detach_guardian(sentinel_pid: i32) -> io::Result<()> {
+/// `pdeathsig` false (the portable tier): no PDEATHSIG; the guardian watches the
+/// sentinel's pidfd instead.
+pub fn detach_guardian(sentinel_pid: i32, pdeathsig: bool) -> io::Result<()> {
     // SAFETY: plain syscalls with integer arguments.
     unsafe {
         if libc::setpgid(0, 0) != 0
-            || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0
+            || (pdeathsig
+                && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0)
         {
             return Err(io::Error::last_os_error());
         }
@@ -327,7 +333,7 @@ struct ChildPlan<'a> {
 unsafe fn child_exec(plan: &ChildPlan<'_>) -> (i32, i32) {
     let spec = plan.spec;
     if let Err(errno) = prepare_child(
-        spec.guardian_pid,
+        Some(spec.guardian_pid),
         spec.guardian_pgrp,
         spec.nofile_soft,
         spec.own_session,
