@@ -92,7 +92,12 @@ fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
 /// tree it holds). One it cannot reach is not worked around either: the tree is left
 /// to it, and `kill` says so (`supervisor_unreachable`, exit status 3).
 fn ask_supervisor(ctx: &Context, id: &str, r: &TreeRecord, label: Option<String>) -> TreeSweep {
-    let request = serde_json::json!({"op": "kill", "tree": id}).to_string();
+    // The protocol's own request type, written as a client writes it (protocol/encode.rs).
+    let request = match crate::identity::TreeId::parse(id) {
+        Some(tree) => serde_json::to_string(&crate::protocol::Request::Kill { tree })
+            .unwrap_or_default(),
+        None => String::new(),
+    };
     // Its own grace period and kill cap, with room to spare on a loaded machine.
     let deadline = Instant::now() + Duration::from_secs(60) + KILL_CAP;
     let uid = ctx.signaller.me().uid;
