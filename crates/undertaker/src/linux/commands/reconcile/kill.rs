@@ -94,8 +94,9 @@ fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
 fn ask_supervisor(ctx: &Context, id: &str, r: &TreeRecord, label: Option<String>) -> TreeSweep {
     // The protocol's own request type, written as a client writes it (protocol/encode.rs).
     let request = match crate::identity::TreeId::parse(id) {
-        Some(tree) => serde_json::to_string(&crate::protocol::Request::Kill { tree })
-            .unwrap_or_default(),
+        Some(tree) => {
+            serde_json::to_string(&crate::protocol::Request::Kill { tree }).unwrap_or_default()
+        }
         None => String::new(),
     };
     // Its own grace period and kill cap, with room to spare on a loaded machine.
