@@ -160,7 +160,21 @@ def run(block: Block, envs: Environments) -> Optional[str]:
     """Runs one block; None when it passed, else why not."""
     token = uuid.uuid4().hex
     scratch = Path(tempfile.mkdtemp(prefix="doc-check-", dir=WORK))
-    env = dict(os.environ, UT_DOC_CHECK=token, UNDERTAKER_STATE_DIR=str(scratch / "state"))
+    # The MCP SDKs hand a server only a few variables (HOME, PATH, ...), not
+    # UNDERTAKER_STATE_DIR: a scratch HOME keeps the default state dir a scratch one
+    # too, never the real ~/.local/state/undertaker.
+    home = scratch / "home"
+    home.mkdir()
+    env = dict(
+        os.environ,
+        UT_DOC_CHECK=token,
+        UNDERTAKER_STATE_DIR=str(scratch / "state"),
+        HOME=str(home),
+        # The toolchain stays where the real HOME has it (the README's `cargo run`).
+        RUSTUP_HOME=os.environ.get("RUSTUP_HOME", os.path.expanduser("~/.rustup")),
+        CARGO_HOME=os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo")),
+    )
+    env.pop("XDG_STATE_HOME", None)
     if block.lang == "python":
         venv = envs.python()
         script = scratch / "recipe.py"
