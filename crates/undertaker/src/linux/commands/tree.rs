@@ -1,6 +1,10 @@
 //! One guarded tree as a value: [`Tree`], the one tree model behind `run` (one tree,
 //! anchored on CMD) and `supervise` (many trees in one process).
 
+mod host;
+mod members;
+mod namespace;
+mod orphaned;
 pub(crate) mod portable;
 mod taken;
 mod teardown;
@@ -11,113 +15,21 @@ use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::contain::spawn::Launch;
 use crate::linux::kernel::sys;
-use crate::linux::proof::descent::ProcTable;
 use crate::linux::proof::pidref::PidRef;
-use crate::linux::proof::signal::{Delivery, Members, ProvenProcess, Signaller};
-use crate::linux::proof::teardown::KILL_CAP;
+use crate::linux::proof::signal::{ProvenProcess, Signaller};
 use crate::registry::OwnerRecord;
 use crate::{GuardOptions, RunError, Tier};
-use rustix::event::PollFlags;
 use rustix::fd::BorrowedFd;
-use rustix::process::Signal;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+pub use host::{Cause, Host};
+pub(crate) use members::{Anchors, Orphans};
 pub(crate) use portable::TRACK_EVERY;
 pub(crate) use teardown::tear_down_together;
 
 /// How long a host waits, idle beside a new tree, before it returns start-up's freed
 /// heap to the kernel ([`Tree::settle`]; the sentinel likewise).
 pub(crate) const SETTLE_AFTER: Duration = Duration::from_millis(20);
-
-/// Why a tree is being torn down.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    CommandExited,
-    OwnerDied,
-    /// No writer left on stdin and no reader on stdout: the host holding them is gone
-    /// (see `owner::StdioPeer`).
-    StdioPeerGone,
-    Terminated,
-}
-
-impl Cause {
-    /// What happened, in words (log lines).
-    pub fn describe(self) -> &'static str {
-        match self {
-            Cause::CommandExited => "the command exited",
-            Cause::OwnerDied => "the owner died",
-            Cause::StdioPeerGone => "the stdio peer is gone",
-            Cause::Terminated => "asked to terminate",
-        }
-    }
-
-    /// The audit log's note for a cause the log would not show otherwise.
-    fn audit_note(self) -> Option<&'static str> {
-        match self {
-            Cause::StdioPeerGone => {
-                Some("stdio peer gone: no writer left on stdin, no reader on stdout; tearing down")
-            }
-            Cause::CommandExited | Cause::OwnerDied | Cause::Terminated => None,
-        }
-    }
-}
-
-/// What the process holding trees does for all of them. Reaping and waiting for
-/// children are process-wide (`wait(-1)`, a signalfd for SIGCHLD), so a [`Tree`] asks
-/// its host instead of doing them itself.
-pub trait Host {
-    /// Reaps every exited child of this process, calling `exited(pid, shell status)`
-    /// for each. `Some(true)` when no child is left, `Some(false)` when some are,
-    /// `None` when it could not tell.
-    fn reap(&mut self, exited: &mut dyn FnMut(i32, Option<i32>)) -> Option<bool>;
-    /// The status of `pid`, a tree's root, if an earlier reap took it on the tree's
-    /// behalf (a host holding many trees reaps for all of them).
-    fn reaped_status(&mut self, _pid: i32) -> Option<Option<i32>> {
-        None
-    }
-    /// Blocks until a child of this process may have exited, one of `fds` is ready
-    /// for its flags, or `deadline` passes.
-    fn wait(&mut self, deadline: Instant, fds: &[(BorrowedFd<'_>, PollFlags)]);
-    /// True once the host's own host has stopped waiting for the teardown (the
-    /// process it started was SIGKILLed): the tree gets no more grace.
-    fn out_of_patience(&mut self) -> bool {
-        false
-    }
-}
-
-/// Where a tree's members start from: its member rule, scoped to the tree.
-///
-/// Every member is proven afresh at each look: the processes the tree's placement
-/// vouches for (its cgroup), its anchors, its orphans, and every descendant of
-/// those by parentage.
-pub(crate) enum Anchors {
-    /// CMD, which the tree started (`run`, and `supervise`'s `spawn`): the root while
-    /// it is unreaped, and the orphans it left to the host (we are their subreaper).
-    Command(Orphans),
-    /// Processes the host handed over (`register` a group, `adopt` a process), each
-    /// proven when it was taken, leader first; pidfds held since.
-    Taken {
-        /// The registered group (`register` only).
-        group: Option<i32>,
-        proven: Vec<ProvenProcess>,
-    },
-}
-
-/// Which of the host's orphaned children belong to a tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Orphans {
-    /// The host holds this tree alone (`run`): every descendant of the host is the
-    /// tree's, marker or not.
-    AllOfHost,
-    /// The host holds many trees (`supervise`): an orphan is this tree's when it
-    /// carries the tree's marker and started no earlier than its root.
-    Marked,
-}
-
-/// The round's one look at /proc, made on first need.
-fn scan<'t>(table: &'t mut Option<ProcTable>, signaller: &Signaller) -> &'t ProcTable {
-    table.get_or_insert_with(|| ProcTable::scan(signaller))
-}
 
 /// One guarded tree.
 ///
@@ -243,60 +155,6 @@ impl Tree {
     pub(crate) fn among_many(mut self) -> Self {
         self.anchors = Anchors::Command(Orphans::Marked);
         self
-    }
-
-    /// The tree of a guardian that died, finished by the process that forked it
-    /// (see `sentinel`): no root (CMD died with its guardian), the tree's cgroup when
-    /// it has one, and the existing record, finished once the tree is torn down.
-    pub(crate) fn orphaned(
-        opts: &GuardOptions,
-        id: TreeId,
-        signaller: &Signaller,
-        cgroup: Option<CgroupTree>,
-    ) -> Self {
-        let recorder = Recorder::adopt(opts, &id, signaller);
-        let placement = match cgroup {
-            Some(cg) => Placement::Cgroup(cg),
-            None => Placement::Subreaper,
-        };
-        Tree {
-            id,
-            label: opts.label.clone(),
-            grace: opts.grace,
-            containment: Containment::Subreaper,
-            recorder,
-            anchors: Anchors::Command(Orphans::AllOfHost),
-            live: Live {
-                placement: Some(placement),
-                ..Live::default()
-            },
-        }
-    }
-
-    /// The portable tier's tree of a guardian that died, finished by its sentinel:
-    /// no subreaper handed it the orphans, so the member record and the marker name
-    /// them.
-    pub(crate) fn orphaned_portable(
-        opts: &GuardOptions,
-        id: TreeId,
-        signaller: &Signaller,
-    ) -> Self {
-        let recorder = Recorder::adopt(opts, &id, signaller);
-        let record = portable::members_path(opts.state_dir.as_deref(), &id);
-        let tracking = portable::Tracking::orphaned(signaller, &id, record, None);
-        Tree {
-            id,
-            label: opts.label.clone(),
-            grace: opts.grace,
-            containment: Containment::Portable,
-            recorder,
-            anchors: Anchors::Command(Orphans::AllOfHost),
-            live: Live {
-                placement: Some(Placement::Portable),
-                portable: Some(tracking),
-                ..Live::default()
-            },
-        }
     }
 
     /// The portable tier: one look for new members (the guardian calls it every
@@ -447,105 +305,6 @@ impl Tree {
         self.live.is_populated()
     }
 
-    /// Every live member now, each proven afresh. `table` is one scan of /proc
-    /// shared by every tree looked at together: made here if none was yet and this
-    /// tree's rule needs one.
-    pub(crate) fn members(
-        &mut self,
-        signaller: &Signaller,
-        table: &mut Option<ProcTable>,
-    ) -> Members {
-        let live = &mut self.live;
-        let mut found = live
-            .placement
-            .as_ref()
-            .map(|p| p.members(signaller))
-            .unwrap_or_default();
-        match &self.anchors {
-            Anchors::Command(Orphans::AllOfHost) => {
-                // Both views: a member that left our descendants (setsid + reparenting
-                // elsewhere) is still in the cgroup, and one that moved out of the
-                // cgroup is still our descendant. The descendant walk costs a scan of
-                // all of /proc, so the first (SIGTERM) round skips it while the
-                // cgroup is populated. Nothing is lost: a descendant outside the
-                // cgroup becomes our child (we are its subreaper) once its in-cgroup
-                // ancestors die, and then `needs_rescan` asks for a walk; every
-                // SIGKILL round walks anyway.
-                let walk = match live.cgroup() {
-                    None => true,
-                    Some(cg) => {
-                        let populated = cg.is_populated();
-                        let walk = live.member_rounds > 0 || !populated;
-                        live.member_rounds += 1;
-                        live.walked_after_empty |= walk && !populated;
-                        walk
-                    }
-                };
-                if walk {
-                    found.merge(scan(table, signaller).descendants(signaller));
-                }
-            }
-            Anchors::Command(Orphans::Marked) => {
-                let mut start = Members::default();
-                // The root, while unreaped: its number is still its own.
-                let root = live.root.as_ref().filter(|r| !r.exited());
-                if let Some(p) = root.and_then(|r| signaller.prove_child(None, r.pid()).ok()) {
-                    start.proven.push(p);
-                }
-                let root_pid = live.root.as_ref().map(PidRef::pid);
-                let table = scan(table, signaller);
-                for &pid in table.marked(&self.id) {
-                    if Some(pid) != root_pid {
-                        let proof = signaller.prove_by_marker(pid, &self.id, live.root_starttime);
-                        start.add(pid, proof);
-                    }
-                }
-                found.merge(table.walk(signaller, start));
-            }
-            Anchors::Taken { proven, .. } => {
-                let start = Members {
-                    proven: (proven.iter())
-                        .filter(|a| !a.has_exited())
-                        .filter_map(ProvenProcess::try_clone)
-                        .collect(),
-                    refused: Vec::new(),
-                };
-                found.merge(scan(table, signaller).walk(signaller, start));
-            }
-        }
-        found
-    }
-
-    /// How many live members a listing reports: while the tree's cgroup is populated,
-    /// its own proven members (what the kernel says the tree holds, without a look at
-    /// all of /proc); else [`Tree::members`]. A process moved out of the cgroup by hand
-    /// is not counted then; teardown's walk still finds it.
-    pub(crate) fn live_count(
-        &mut self,
-        signaller: &Signaller,
-        table: &mut Option<ProcTable>,
-    ) -> usize {
-        match self.live.cgroup() {
-            Some(cg) if cg.is_populated() => cg.members(signaller).proven.len(),
-            _ => self.members(signaller, table).proven.len(),
-        }
-    }
-
-    /// True when nothing of the tree is left.
-    fn is_empty(&mut self, signaller: &Signaller, host: &mut dyn Host) -> bool {
-        self.live.reap(host);
-        if self.live.is_populated() {
-            return false;
-        }
-        match self.anchors {
-            // Alone in its host: no child of the host left means no member left.
-            Anchors::Command(Orphans::AllOfHost) => self.live.no_children,
-            // A fresh proof of every member is the only evidence of emptiness here.
-            _ => self.members(signaller, &mut None).proven.is_empty(),
-        }
-    }
-
-    /// Forwards `sig` to the root through its pidfd (our unreaped child: its number
     /// cannot have been reused). The namespace init passes it on to CMD.
     pub fn forward(&self, signaller: &Signaller, sig: i32) {
         if self.live.root_status.is_some() {
@@ -618,86 +377,6 @@ impl Tree {
         tear_down_together(&mut [self], false, grace, signaller, host)
     }
 
-    /// The pidns tier: SIGTERM to the init, which TERMs its whole namespace and exits
-    /// after the grace period; if it has not exited by then (plus a margin), SIGKILL
-    /// it, which makes the kernel kill the namespace.
-    ///
-    /// Every wait here is bounded. The init exits within the grace period (at once
-    /// when it finds nothing left); the margin covers its exit. An init that cannot
-    /// finish exiting is waiting in the kernel for a member stuck in uninterruptible
-    /// sleep: it is reported stuck, not awaited.
-    fn tear_down_namespace(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) {
-        let Some(init) = &self.live.root else { return };
-        if self.live.root_status.is_some() {
-            // The usual end: CMD exited, and the init has already done the teardown.
-            self.recorder.audit_line(crate::registry::AuditEntry {
-                actor: "guardian".into(),
-                event: "note".into(),
-                pid: Some(init.pid()),
-                message: Some("namespace torn down by its init when CMD exited: SIGTERM to every process in it (kill -1), up to the grace period; the kernel killed what was left when the init exited".into()),
-                ..Default::default()
-            });
-            self.recorder.flush_audit();
-            return;
-        }
-        let started = Instant::now();
-        let init_pid = init.pid();
-        if cause != Cause::CommandExited {
-            let delivery = init.signal_own_child(signaller, Signal::TERM);
-            self.recorder
-                .audit_line(init_signal_line(init_pid, "SIGTERM", delivery));
-            self.recorder.flush_audit();
-        }
-        let margin = Duration::from_millis(500);
-        let end = Instant::now() + self.grace + margin;
-        let mut exited = init.exited();
-        while !exited && Instant::now() < end && !host.out_of_patience() {
-            host.wait(end, &[(init.fd(), PollFlags::IN)]);
-            exited = init.exited();
-        }
-        let killed = !exited;
-        if !exited {
-            tracing::info!(
-                "tree {}: grace period of {} ms over: SIGKILL to the namespace init {init_pid}, which ends the namespace",
-                self.id,
-                self.grace.as_millis()
-            );
-            let delivery = init.signal_own_child(signaller, Signal::KILL);
-            self.recorder
-                .audit_line(init_signal_line(init_pid, "SIGKILL", delivery));
-            exited = init.poll_until(Instant::now() + KILL_CAP);
-        }
-        // What happened inside the namespace, which the init did and cannot record.
-        self.recorder.audit_line(crate::registry::AuditEntry {
-            actor: "guardian".into(),
-            event: "note".into(),
-            pid: Some(init_pid),
-            message: Some(match (exited, killed) {
-                (true, false) => "namespace torn down: its init sent SIGTERM to every process in it (kill -1), waited up to the grace period and exited; the kernel killed what was left".into(),
-                (true, true) => "namespace torn down: its init did not exit within the grace period and was SIGKILLed; the kernel killed every process in the namespace".into(),
-                (false, _) => "namespace init still alive after SIGKILL: a member is stuck in the kernel".into(),
-            }),
-            ..Default::default()
-        });
-        self.recorder.flush_audit();
-        tracing::debug!(
-            "tree {} done: namespace {}, {} ms",
-            self.id,
-            if exited { "gone" } else { "stuck" },
-            started.elapsed().as_millis()
-        );
-        if !exited {
-            tracing::warn!(
-                "tree {}: namespace init {} still alive {} s after SIGKILL: a member is stuck in the kernel",
-                self.id,
-                init.pid(),
-                KILL_CAP.as_secs()
-            );
-            self.live.init_stuck = true;
-        }
-    }
-
-    /// Removes the tree's cgroup once it is empty (a released tree's members left it).
     fn remove_cgroup(&self) {
         if let Some(cg) = self.live.cgroup() {
             // The usual end, an emptied leaf, takes one rmdir (and a second call
@@ -752,26 +431,3 @@ impl Tree {
 
 #[cfg(test)]
 mod tests;
-
-/// The audit line of a signal to a tree's namespace init: our own unreaped child, held
-/// by its pidfd since its fork, so the number names it and nobody else.
-fn init_signal_line(pid: i32, signal: &str, delivery: Delivery) -> crate::registry::AuditEntry {
-    crate::registry::AuditEntry {
-        actor: "guardian".into(),
-        event: "signal".into(),
-        pid: Some(pid),
-        signal: Some(signal.into()),
-        proof: Some("pidfd+child".into()),
-        outcome: Some(
-            match delivery {
-                Delivery::Delivered => "delivered",
-                Delivery::AlreadyGone => "already_gone",
-            }
-            .into(),
-        ),
-        message: Some(
-            "the namespace init, which passes SIGTERM on to every process in the namespace".into(),
-        ),
-        ..Default::default()
-    }
-}

@@ -11,8 +11,10 @@ use crate::registry::record_file;
 use crate::registry::{OwnerKind, Registry, StateDir, StoredState};
 use crate::OwnerSpec;
 use rustix::event::PollFd;
+use rustix::event::PollFlags;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::time::Instant;
 
 /// Reaps nothing and reports no other child: the tree's root is reaped through
 /// its own pidfd, which is all a CMD that exits by itself needs.

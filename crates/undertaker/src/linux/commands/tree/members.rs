@@ -1,0 +1,141 @@
+//! A tree's member rule: where its members start from ([`Anchors`]), and every live
+//! member found from there, each proven afresh at each look.
+
+use super::{Host, Tree};
+use crate::linux::proof::descent::ProcTable;
+use crate::linux::proof::pidref::PidRef;
+use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
+
+/// Where a tree's members start from: its member rule, scoped to the tree.
+///
+/// Every member is proven afresh at each look: the processes the tree's placement
+/// vouches for (its cgroup), its anchors, its orphans, and every descendant of
+/// those by parentage.
+pub(crate) enum Anchors {
+    /// CMD, which the tree started (`run`, and `supervise`'s `spawn`): the root while
+    /// it is unreaped, and the orphans it left to the host (we are their subreaper).
+    Command(Orphans),
+    /// Processes the host handed over (`register` a group, `adopt` a process), each
+    /// proven when it was taken, leader first; pidfds held since.
+    Taken {
+        /// The registered group (`register` only).
+        group: Option<i32>,
+        proven: Vec<ProvenProcess>,
+    },
+}
+
+/// Which of the host's orphaned children belong to a tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Orphans {
+    /// The host holds this tree alone (`run`): every descendant of the host is the
+    /// tree's, marker or not.
+    AllOfHost,
+    /// The host holds many trees (`supervise`): an orphan is this tree's when it
+    /// carries the tree's marker and started no earlier than its root.
+    Marked,
+}
+
+/// The round's one look at /proc, made on first need.
+fn scan<'t>(table: &'t mut Option<ProcTable>, signaller: &Signaller) -> &'t ProcTable {
+    table.get_or_insert_with(|| ProcTable::scan(signaller))
+}
+
+impl Tree {
+    /// Every live member now, each proven afresh. `table` is one scan of /proc
+    /// shared by every tree looked at together: made here if none was yet and this
+    /// tree's rule needs one.
+    pub(crate) fn members(
+        &mut self,
+        signaller: &Signaller,
+        table: &mut Option<ProcTable>,
+    ) -> Members {
+        let live = &mut self.live;
+        let mut found = live
+            .placement
+            .as_ref()
+            .map(|p| p.members(signaller))
+            .unwrap_or_default();
+        match &self.anchors {
+            Anchors::Command(Orphans::AllOfHost) => {
+                // Both views: a member that left our descendants (setsid + reparenting
+                // elsewhere) is still in the cgroup, and one that moved out of the
+                // cgroup is still our descendant. The descendant walk costs a scan of
+                // all of /proc, so the first (SIGTERM) round skips it while the
+                // cgroup is populated. Nothing is lost: a descendant outside the
+                // cgroup becomes our child (we are its subreaper) once its in-cgroup
+                // ancestors die, and then `needs_rescan` asks for a walk; every
+                // SIGKILL round walks anyway.
+                let walk = match live.cgroup() {
+                    None => true,
+                    Some(cg) => {
+                        let populated = cg.is_populated();
+                        let walk = live.member_rounds > 0 || !populated;
+                        live.member_rounds += 1;
+                        live.walked_after_empty |= walk && !populated;
+                        walk
+                    }
+                };
+                if walk {
+                    found.merge(scan(table, signaller).descendants(signaller));
+                }
+            }
+            Anchors::Command(Orphans::Marked) => {
+                let mut start = Members::default();
+                // The root, while unreaped: its number is still its own.
+                let root = live.root.as_ref().filter(|r| !r.exited());
+                if let Some(p) = root.and_then(|r| signaller.prove_child(None, r.pid()).ok()) {
+                    start.proven.push(p);
+                }
+                let root_pid = live.root.as_ref().map(PidRef::pid);
+                let table = scan(table, signaller);
+                for &pid in table.marked(&self.id) {
+                    if Some(pid) != root_pid {
+                        let proof = signaller.prove_by_marker(pid, &self.id, live.root_starttime);
+                        start.add(pid, proof);
+                    }
+                }
+                found.merge(table.walk(signaller, start));
+            }
+            Anchors::Taken { proven, .. } => {
+                let start = Members {
+                    proven: (proven.iter())
+                        .filter(|a| !a.has_exited())
+                        .filter_map(ProvenProcess::try_clone)
+                        .collect(),
+                    refused: Vec::new(),
+                };
+                found.merge(scan(table, signaller).walk(signaller, start));
+            }
+        }
+        found
+    }
+
+    /// How many live members a listing reports: while the tree's cgroup is populated,
+    /// its own proven members (what the kernel says the tree holds, without a look at
+    /// all of /proc); else [`Tree::members`]. A process moved out of the cgroup by hand
+    /// is not counted then; teardown's walk still finds it.
+    pub(crate) fn live_count(
+        &mut self,
+        signaller: &Signaller,
+        table: &mut Option<ProcTable>,
+    ) -> usize {
+        match self.live.cgroup() {
+            Some(cg) if cg.is_populated() => cg.members(signaller).proven.len(),
+            _ => self.members(signaller, table).proven.len(),
+        }
+    }
+
+    /// True when nothing of the tree is left.
+    pub(super) fn is_empty(&mut self, signaller: &Signaller, host: &mut dyn Host) -> bool {
+        self.live.reap(host);
+        if self.live.is_populated() {
+            return false;
+        }
+        match self.anchors {
+            // Alone in its host: no child of the host left means no member left.
+            Anchors::Command(Orphans::AllOfHost) => self.live.no_children,
+            // A fresh proof of every member is the only evidence of emptiness here.
+            _ => self.members(signaller, &mut None).proven.is_empty(),
+        }
+    }
+}

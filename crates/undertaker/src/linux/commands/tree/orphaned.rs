@@ -1,0 +1,66 @@
+//! Trees of guardians that died, finished by another process: the sentinel that
+//! forked the guardian (the orphans are its descendants).
+
+use super::{portable, Anchors, Live, Orphans, Tree};
+use crate::identity::TreeId;
+use crate::linux::commands::record::Recorder;
+use crate::linux::contain::cgroup::CgroupTree;
+use crate::linux::contain::containment::{Containment, Placement};
+use crate::linux::proof::signal::Signaller;
+use crate::GuardOptions;
+
+impl Tree {
+    /// The tree of a guardian that died, finished by the process that forked it
+    /// (see `sentinel`): no root (CMD died with its guardian), the tree's cgroup when
+    /// it has one, and the existing record, finished once the tree is torn down.
+    pub(crate) fn orphaned(
+        opts: &GuardOptions,
+        id: TreeId,
+        signaller: &Signaller,
+        cgroup: Option<CgroupTree>,
+    ) -> Self {
+        let recorder = Recorder::adopt(opts, &id, signaller);
+        let placement = match cgroup {
+            Some(cg) => Placement::Cgroup(cg),
+            None => Placement::Subreaper,
+        };
+        Tree {
+            id,
+            label: opts.label.clone(),
+            grace: opts.grace,
+            containment: Containment::Subreaper,
+            recorder,
+            anchors: Anchors::Command(Orphans::AllOfHost),
+            live: Live {
+                placement: Some(placement),
+                ..Live::default()
+            },
+        }
+    }
+
+    /// The portable tier's tree of a guardian that died, finished by its sentinel:
+    /// no subreaper handed it the orphans, so the member record and the marker name
+    /// them.
+    pub(crate) fn orphaned_portable(
+        opts: &GuardOptions,
+        id: TreeId,
+        signaller: &Signaller,
+    ) -> Self {
+        let recorder = Recorder::adopt(opts, &id, signaller);
+        let record = portable::members_path(opts.state_dir.as_deref(), &id);
+        let tracking = portable::Tracking::orphaned(signaller, &id, record, None);
+        Tree {
+            id,
+            label: opts.label.clone(),
+            grace: opts.grace,
+            containment: Containment::Portable,
+            recorder,
+            anchors: Anchors::Command(Orphans::AllOfHost),
+            live: Live {
+                placement: Some(Placement::Portable),
+                portable: Some(tracking),
+                ..Live::default()
+            },
+        }
+    }
+}
