@@ -210,6 +210,25 @@ impl Registry {
         Ok(reg)
     }
 
+    /// Another connection to this database, already opened, checked and migrated
+    /// through `self`: for a writer beside the one that opened it (a swept tree's
+    /// recorder writes its audit lines while the sweep reads on).
+    pub(crate) fn reconnect(&self) -> Result<Self, RegistryError> {
+        let db_err = |e: rusqlite::Error| RegistryError::Db {
+            path: self.path.clone(),
+            msg: e.to_string(),
+        };
+        let conn = Connection::open(&self.path).map_err(db_err)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
+        conn.pragma_update(None, "synchronous", "OFF")
+            .map_err(db_err)?;
+        Ok(Registry {
+            conn,
+            path: self.path.clone(),
+            recovered: None,
+        })
+    }
+
     fn try_open(path: &Path, boot_id: &str, check: bool) -> Result<Self, OpenFailure> {
         let classify = |e: rusqlite::Error| {
             if is_corrupt(&e) {

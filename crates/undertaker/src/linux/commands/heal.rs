@@ -177,7 +177,7 @@ pub(crate) fn heal(
         if !found.path.exists() {
             continue;
         }
-        sweep.cgroup(&found.tree.to_string(), &found.path);
+        sweep.cgroup(&found.tree, &found.path);
         done += 1;
     }
     Ok(done)

@@ -11,7 +11,8 @@ use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
-    now_ms, state_dir, GuardianRecord, OwnerRecord, RecordedTier, RootRecord, StateDir, TreeRecord,
+    now_ms, state_dir, GuardianRecord, OwnerRecord, RecordedTier, Registry, RootRecord, StateDir,
+    TreeRecord,
 };
 use crate::{GuardOptions, RunError};
 
@@ -29,6 +30,9 @@ pub struct Recorder {
     /// Who writes the audit entries: `guardian`, or `sentinel` finishing an orphaned tree.
     actor: &'static str,
     writer: Option<RecordWriter>,
+    /// A swept tree's audit lines go to the database instead (its record file was
+    /// folded): [`Recorder::for_sweep`].
+    registry: Option<Registry>,
     pending_audit: std::cell::RefCell<Vec<Line>>,
 }
 
@@ -74,6 +78,7 @@ impl Recorder {
             tree: tree.clone(),
             actor: "guardian",
             writer: None,
+            registry: None,
             pending_audit: Default::default(),
         };
         let me = signaller.me();
@@ -128,6 +133,7 @@ impl Recorder {
             tree: tree.clone(),
             actor: "sentinel",
             writer: None,
+            registry: None,
             pending_audit: Default::default(),
         };
         let me = signaller.me();
@@ -140,6 +146,25 @@ impl Recorder {
             Err(e) => tracing::warn!("not recording the end of tree {tree}: {e}"),
         }
         rec
+    }
+
+    /// The record of a dead guardian's tree that `actor` (`sweep`, `kill`, `heal`)
+    /// tears down: its audit lines go to the database through `registry`, one append
+    /// before every wait, as a guardian's go to its record file; nowhere without one
+    /// (a sweep that could not open the registry). The row is the caller's to finish.
+    pub fn for_sweep(tree: &TreeId, actor: &'static str, registry: Option<Registry>) -> Self {
+        Recorder {
+            tree: tree.clone(),
+            actor,
+            writer: None,
+            registry,
+            pending_audit: Default::default(),
+        }
+    }
+
+    /// True when audit entries go somewhere.
+    fn records(&self) -> bool {
+        self.writer.is_some() || self.registry.is_some()
     }
 
     fn write(&self, lines: &[Line]) {
@@ -198,7 +223,7 @@ impl Recorder {
 
     /// Queues an audit entry (stamped now); [`Recorder::flush_audit`] writes the queue.
     pub fn audit(&self, event: &AuditEvent) {
-        if self.writer.is_some() {
+        if self.records() {
             let mut entry = audit_entry(self.tree.as_str(), self.actor, event);
             entry.time_ms = now_ms();
             // The file names the tree: no need to repeat it on every line.
@@ -210,11 +235,22 @@ impl Recorder {
     /// Queues an audit entry the caller built (`supervise`'s `guarded` lines, see
     /// `reconcile::succession`), stamped now.
     pub fn audit_line(&self, mut entry: crate::registry::AuditEntry) {
-        if self.writer.is_some() {
+        if self.records() {
             entry.time_ms = now_ms();
             entry.tree = None;
             self.pending_audit.borrow_mut().push(Line::Audit(entry));
         }
+    }
+
+    /// Writes a note from this recorder's actor now, after the queued entries.
+    pub fn note(&self, message: String) {
+        self.audit_line(crate::registry::AuditEntry {
+            actor: self.actor.into(),
+            event: "note".into(),
+            message: Some(message),
+            ..Default::default()
+        });
+        self.flush_audit();
     }
 
     /// Writes the queued audit entries in one append. Teardown calls it before every
@@ -222,7 +258,23 @@ impl Recorder {
     /// on the path between the owner's death and the tree's.
     pub fn flush_audit(&self) {
         let pending = std::mem::take(&mut *self.pending_audit.borrow_mut());
-        self.write(&pending);
+        let Some(registry) = &self.registry else {
+            self.write(&pending);
+            return;
+        };
+        // The database holds every tree's lines: each names its tree.
+        let entries: Vec<_> = (pending.into_iter())
+            .filter_map(|line| match line {
+                Line::Audit(mut e) => {
+                    e.tree = Some(self.tree.to_string());
+                    Some(e)
+                }
+                _ => None,
+            })
+            .collect();
+        if let Err(e) = registry.append_audit_batch(&entries) {
+            tracing::warn!("audit log: {e}");
+        }
     }
 
     /// Marks the tree released by its supervisor (the record file's last line: its

@@ -22,10 +22,11 @@ use crate::{GuardOptions, RunError, Tier};
 use rustix::fd::BorrowedFd;
 use std::time::Duration;
 
+pub(crate) use host::Bystander;
 pub use host::{Cause, Host};
 pub(crate) use members::{Anchors, Orphans};
 pub(crate) use portable::TRACK_EVERY;
-pub(crate) use teardown::tear_down_together;
+pub(crate) use teardown::{tear_down_together, Torn};
 
 /// How long a host waits, idle beside a new tree, before it returns start-up's freed
 /// heap to the kernel ([`Tree::settle`]; the sentinel likewise).
@@ -71,6 +72,9 @@ struct Live {
     /// A descendant walk ran after the cgroup was seen empty: from then on every
     /// descendant outside it had been found (the SIGKILL rounds walk again).
     walked_after_empty: bool,
+    /// A process in the tree's cgroup was refused (a dead guardian's tree only: see
+    /// [`Anchors::Left`]): no cgroup.kill then.
+    refused_in_cgroup: bool,
     /// The namespace init was still alive after SIGKILL and the kill cap.
     init_stuck: bool,
     /// The root's exit (or the taken leader's) was handled by the host.
@@ -243,7 +247,7 @@ impl Tree {
     /// The pid the tree is known by: its root, or the leader it was taken with.
     pub(crate) fn root_pid(&self) -> Option<i32> {
         match &self.anchors {
-            Anchors::Command(_) => self.live.root.as_ref().map(PidRef::pid),
+            Anchors::Command(_) | Anchors::Left { .. } => self.live.root.as_ref().map(PidRef::pid),
             Anchors::Taken { proven, .. } => proven.first().map(ProvenProcess::pid),
         }
     }
@@ -252,7 +256,7 @@ impl Tree {
     pub(crate) fn group(&self) -> Option<i32> {
         match &self.anchors {
             Anchors::Taken { group, .. } => *group,
-            Anchors::Command(_) => None,
+            Anchors::Command(_) | Anchors::Left { .. } => None,
         }
     }
 
@@ -264,7 +268,7 @@ impl Tree {
     /// True when `pid` is this tree's root or one of its live taken processes.
     pub(crate) fn anchors_pid(&self, pid: i32) -> bool {
         match &self.anchors {
-            Anchors::Command(_) => self.root_pid() == Some(pid),
+            Anchors::Command(_) | Anchors::Left { .. } => self.root_pid() == Some(pid),
             Anchors::Taken { proven, .. } => {
                 proven.iter().any(|a| a.pid() == pid && !a.has_exited())
             }
@@ -275,7 +279,7 @@ impl Tree {
     pub(crate) fn taken_all_exited(&self) -> bool {
         match &self.anchors {
             Anchors::Taken { proven, .. } => proven.iter().all(ProvenProcess::has_exited),
-            Anchors::Command(_) => false,
+            Anchors::Command(_) | Anchors::Left { .. } => false,
         }
     }
 
@@ -286,7 +290,7 @@ impl Tree {
             return None;
         }
         match &self.anchors {
-            Anchors::Command(_) => self.live.root.as_ref().map(PidRef::fd),
+            Anchors::Command(_) | Anchors::Left { .. } => self.live.root.as_ref().map(PidRef::fd),
             Anchors::Taken { proven, .. } => proven.first().map(ProvenProcess::pidfd),
         }
     }
@@ -374,7 +378,7 @@ impl Tree {
             return report.stuck.len();
         }
         let grace = self.grace;
-        tear_down_together(&mut [self], false, grace, signaller, host)
+        tear_down_together(&mut [self], false, grace, signaller, host).left()
     }
 
     fn remove_cgroup(&self) {

@@ -25,7 +25,6 @@ pub use crate::linux::contain::cgroup_place::{
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::empty_pidns;
 use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
-use crate::linux::proof::teardown::{AuditEvent, Escalation, TeardownReport, TreeSource};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
@@ -339,70 +338,6 @@ fn remove_dir(dir: &Path, end: Instant) -> io::Result<()> {
     }
 }
 
-/// A cgroup as a teardown source on its own (for the sweep: no guardian to reap).
-pub struct CgroupSource<'a> {
-    pub tree: &'a CgroupTree,
-    /// A process in the cgroup was refused (e.g. another user's): cgroup.kill would
-    /// kill it too, so the kernel-side kill is never used then.
-    pub refused: bool,
-}
-
-impl TreeSource for CgroupSource<'_> {
-    fn members(&mut self, signaller: &Signaller) -> Members {
-        let members = self.tree.members(signaller);
-        self.refused |= !members.refused.is_empty();
-        members
-    }
-    fn wait(&mut self, deadline: Instant, watch: &[&ProvenProcess]) {
-        self.tree.wait(deadline, watch);
-    }
-    fn is_empty(&mut self) -> bool {
-        !self.tree.is_populated()
-    }
-    fn kill_all(&mut self) -> bool {
-        !self.refused && self.tree.kill()
-    }
-}
-
-/// Tears down the tree in the cgroup at `path` (whose guardian is dead) and removes the
-/// cgroup: TERM round through proven pidfds, grace, then cgroup.kill, every signal and
-/// refusal passed to `audit`. Everything proven in the cgroup dies, including a
-/// descendant that scrubbed its environment and left its session: cgroup membership is
-/// inherited, not declared. A cgroup holding a refused process gets no cgroup.kill
-/// (it would kill what the ladder refused): its proven members get SIGKILL one by one.
-pub fn sweep_orphaned_cgroup(
-    signaller: &Signaller,
-    path: &Path,
-    escalation: &Escalation,
-    audit: &mut dyn FnMut(AuditEvent),
-) -> TeardownReport {
-    let tree = match CgroupTree::open(path) {
-        Ok(t) => t,
-        // Already removed: nothing can be left in it.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return TeardownReport {
-                targets: Vec::new(),
-                empty: true,
-            }
-        }
-        Err(e) => {
-            tracing::warn!("cannot open cgroup {}: {e}", path.display());
-            return TeardownReport::default();
-        }
-    };
-    let mut source = CgroupSource {
-        tree: &tree,
-        refused: false,
-    };
-    let report = escalation.run(signaller, &mut source, audit);
-    if report.empty {
-        if let Err(e) = tree.remove(Duration::from_secs(2)) {
-            tracing::warn!("cannot remove cgroup {}: {e}", path.display());
-        }
-    }
-    report
-}
-
 /// Whether a tree cgroup's guardian still runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -429,7 +364,8 @@ pub struct FoundTreeCgroup {
 }
 
 /// Every undertaker tree cgroup under the cgroup2 mount (a bounded walk), with whether
-/// its guardian is alive. Sweep the `Dead` ones with [`sweep_orphaned_cgroup`].
+/// its guardian is alive. `sweep` tears the `Dead` ones down as trees of their own
+/// (`Tree::left_behind`).
 ///
 /// A guardian of another PID namespace is `Dead` only when a census of every process,
 /// taken after the walk found its cgroup, finds no process in that namespace (possible

@@ -3,6 +3,7 @@
 
 pub mod descent;
 pub mod empty_pidns;
+pub mod marked;
 pub mod pidref;
 pub mod signal;
 pub mod teardown;

@@ -4,9 +4,11 @@
 //! Every command first folds the record files of finished and abandoned trees into
 //! the database ([`Registry::fold`]); live trees are read from their record files. A
 //! guardian is alive exactly while its record file is locked (see
-//! [`crate::registry::lock`]). Trees of dead guardians are torn down by marker: a
-//! process is a member only if it carries `UNDERTAKER_TREE=<id>`, has our uid and
-//! started no earlier than the guardian, each proven through a pidfd opened first.
+//! [`crate::registry::lock`]). A dead guardian's tree is a `Tree` of its own
+//! (`Tree::left_behind`), torn down by the one escalation every tree goes through: its
+//! members are what its trusted cgroup holds, the processes that carry
+//! `UNDERTAKER_TREE=<id>`, have our uid and started no earlier than the guardian, and
+//! their descendants, each proven through a pidfd opened first.
 //! A tree whose guardian is alive is left to that guardian: it watches its owner
 //! itself and will tear down when the owner dies.
 //!

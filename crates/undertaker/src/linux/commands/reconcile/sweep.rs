@@ -1,22 +1,23 @@
 //! `undertaker sweep`: finishing the trees of guardians that died, with proof.
 
-use super::marker::{marker_scan, MarkerSource};
+use super::marker::{live_count, marker_scan};
 use super::succession;
 use super::{candidates, guardian_state, owner_alive, recorded_cgroup, Context, GuardianState};
-use crate::audit::{audit_entry, AuditEvent, Delivery};
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
-use crate::linux::contain::cgroup;
+use crate::linux::commands::record::Recorder;
+use crate::linux::commands::tree::{tear_down_together, Bystander, Torn, Tree};
+use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::{Members, Signaller};
-use crate::linux::proof::teardown::{Escalation, Outcome, TeardownReport, TreeSource};
+use crate::linux::proof::teardown::Outcome;
 use crate::registry::record_file::{self, LockInfo};
 use crate::registry::{
     now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, RegistryError,
     StoredState, TreeRecord,
 };
 use crate::report::{SweepAction, SweepReport, SweepTarget, TargetOutcome, TreeSweep};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,7 +39,7 @@ pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepRepor
     }
     for found in candidates.orphan_cgroups(ctx) {
         let id = found.tree.to_string();
-        let t = sweep.cgroup(&id, &found.path);
+        let t = sweep.cgroup(&found.tree, &found.path);
         match trees.iter_mut().find(|t| t.id == id) {
             Some(existing) => {
                 existing.targets.extend(t.targets);
@@ -60,145 +61,215 @@ pub(crate) struct Sweep<'a> {
     pub ctx: &'a Context,
     pub dry_run: bool,
     pub grace: Duration,
-    pub actor: &'a str,
+    pub actor: &'static str,
+}
+
+/// What [`Sweep::plan`] found a tree to be.
+enum Plan {
+    /// Nothing to tear down: this report (`None`: nothing to report).
+    Report(Option<TreeSweep>),
+    /// A dead guardian's tree, to be torn down.
+    Orphaned(Box<Orphaned>),
+}
+
+/// A dead guardian's tree: its id, its record as it is now (a tree known by its lock
+/// file alone has none), the lock file's facts, and the dead guardian's start (no
+/// member started before it).
+struct Orphaned {
+    tree: TreeId,
+    rec: Option<TreeRecord>,
+    info: Option<LockInfo>,
+    since: u64,
 }
 
 impl Sweep<'_> {
     /// Sweeps one tree if its guardian is dead. `None`: nothing to report (a tree of
     /// another state directory, or a healthy running one). `scanned`: a marker scan
     /// the caller just made, used once instead of another.
+    ///
+    /// The dead guardian's tree is a [`Tree`] ([`Tree::left_behind`]): its trusted
+    /// cgroup and its marked processes, and their descendants, torn down together by
+    /// the one escalation (the cgroup's membership catches members that scrubbed their
+    /// environment, the marker those that left the cgroup).
     pub(crate) fn tree(
         &self,
         id: &str,
         rec: Option<&TreeRecord>,
         scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
     ) -> Result<Option<TreeSweep>, RegistryError> {
-        sweep_tree(self, id, rec, scanned)
+        let orphaned = match self.plan(id, rec, scanned)? {
+            Plan::Report(report) => return Ok(report),
+            Plan::Orphaned(orphaned) => *orphaned,
+        };
+        let rec = orphaned.rec.as_ref();
+        let (cgroup, reason) = self.trusted_cgroup(rec);
+        let marked = scanned.map(|m| {
+            m.get(id)
+                .into_iter()
+                .flatten()
+                .map(|&(pid, _)| pid)
+                .collect()
+        });
+        let recorder = self.recorder(&orphaned.tree);
+        let mut tree = Tree::left_behind(
+            orphaned.tree,
+            cgroup,
+            Some(orphaned.since),
+            marked,
+            recorder,
+        );
+        let (action, targets, left_alive) = if self.dry_run {
+            let (targets, would) = self.dry_run(&mut tree);
+            (SweepAction::WouldSweep, targets, would)
+        } else {
+            if rec.is_some_and(|r| r.tier == RecordedTier::Portable) {
+                sweep_portable(self, tree.id(), orphaned.since);
+            }
+            tree.note(format!("{}: {reason}; tearing down by marker", self.actor));
+            let targets = self.tear_down(&mut tree);
+            let left_alive = live_count(self.ctx, id, rec);
+            tree.note(format!(
+                "{}: done, {} target(s), {left_alive} left alive",
+                self.actor,
+                targets.len()
+            ));
+            finish_record(self.ctx, id, rec, orphaned.info.as_ref());
+            (SweepAction::Swept, targets, left_alive)
+        };
+        Ok(Some(TreeSweep {
+            id: id.into(),
+            label: rec.and_then(|r| r.label.clone()),
+            action,
+            reason,
+            targets,
+            left_alive,
+        }))
     }
 
-    /// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup, then
-    /// removes the directory. `left_alive` counts processes still in the cgroup.
-    pub(crate) fn cgroup(&self, id: &str, path: &Path) -> TreeSweep {
-        let registry = &self.ctx.registry;
-        let actor = self.actor;
-        let mut audit = |event: &AuditEvent| {
-            if let Err(e) = registry.append_audit(&audit_entry(id, actor, event)) {
-                tracing::warn!("audit log: {e}");
+    /// Whether a tree is a dead guardian's, to be torn down, or what to report
+    /// instead. A dead guardian's record file is folded here, so that the tree has a
+    /// row to finish.
+    fn plan(
+        &self,
+        id: &str,
+        rec: Option<&TreeRecord>,
+        scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
+    ) -> Result<Plan, RegistryError> {
+        let ctx = self.ctx;
+        let label = rec.and_then(|r| r.label.clone());
+        let mut lock = match guardian_state(ctx, id, rec) {
+            GuardianState::Unknown => return Ok(Plan::Report(None)),
+            GuardianState::Alive => {
+                let report = left_alone_if_owner_gone(ctx, id, rec, label, scanned);
+                return Ok(Plan::Report(report));
+            }
+            GuardianState::Dead(lock) => lock,
+        };
+        let me = ctx.signaller.me();
+        // A guardian that died since this command folded: fold its record now (the
+        // lock is taken again for the fold, which removes the record file: the row
+        // carries the tree from here).
+        let info: Option<LockInfo> = lock.as_mut().and_then(record_file::holder);
+        let mut folded = None;
+        if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
+            folded = ctx.registry.tree(id)?;
+        }
+        let rec = folded.or_else(|| rec.cloned());
+        if let Some(r) = rec
+            .as_ref()
+            .filter(|r| succession::awaits_successor(ctx, r))
+        {
+            return Ok(Plan::Report(Some(TreeSweep {
+                id: id.into(),
+                label: r.label.clone(),
+                action: SweepAction::LeftAlone,
+                reason: "its supervisor is gone but its owner lives: the owner's next supervisor takes it over".into(),
+                targets: vec![],
+                left_alive: 0,
+            })));
+        }
+        let since = rec.as_ref().map(|r| r.guardian.starttime).or_else(|| {
+            info.as_ref()
+                .filter(|i| i.boot_id == me.boot_id)
+                .map(|i| i.guardian_starttime)
+        });
+        let Some(tree) = TreeId::parse(id) else {
+            return Ok(Plan::Report(None));
+        };
+        let Some(since) = since else {
+            return Ok(Plan::Report(Some(unprovable(ctx, id, label, scanned))));
+        };
+        Ok(Plan::Orphaned(Box::new(Orphaned {
+            tree,
+            rec,
+            info,
+            since,
+        })))
+    }
+
+    /// The tree cgroup `rec` names, opened, when this command may act on it
+    /// ([`recorded_cgroup`]), and why the tree is swept (saying so when the record
+    /// names a cgroup that is not to be trusted).
+    fn trusted_cgroup(&self, rec: Option<&TreeRecord>) -> (Option<CgroupTree>, String) {
+        let mount = cgroup::current_mount().ok();
+        let trusted = rec
+            .zip(mount.as_ref())
+            .and_then(|(r, m)| recorded_cgroup(r, m, self.ctx.procfs()));
+        let mut reason = match rec {
+            Some(_) => "guardian is gone".to_string(),
+            None => {
+                "guardian is gone and the tree has no record (found by its lock file and marker)"
+                    .to_string()
             }
         };
-        sweep_cgroup_with(
-            &self.ctx.signaller,
-            id,
-            path,
-            self.dry_run,
-            self.grace,
-            &mut audit,
-        )
+        let untrusted = rec
+            .and_then(|r| r.cgroup_path.as_deref())
+            .filter(|_| trusted.is_none());
+        if let Some(path) = untrusted {
+            reason.push_str(&format!(
+                "; its record names cgroup {path}, not a tree cgroup of this tree (another live tree's, or no tree's): left alone"
+            ));
+        }
+        let cgroup = trusted
+            .filter(|p| p.exists())
+            .and_then(|p| CgroupTree::open(p).ok());
+        (cgroup, reason)
     }
-}
 
-/// [`Sweep::tree`].
-fn sweep_tree(
-    sweep: &Sweep<'_>,
-    id: &str,
-    rec: Option<&TreeRecord>,
-    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
-) -> Result<Option<TreeSweep>, RegistryError> {
-    let (ctx, dry_run) = (sweep.ctx, sweep.dry_run);
-    let label = rec.and_then(|r| r.label.clone());
-    let mut lock = match guardian_state(ctx, id, rec) {
-        GuardianState::Unknown => return Ok(None),
-        GuardianState::Alive => return Ok(left_alone_if_owner_gone(ctx, id, rec, label, scanned)),
-        GuardianState::Dead(lock) => lock,
-    };
-    let me = ctx.signaller.me();
-    // A guardian that died since this command folded: fold its record now, so the
-    // tree has a row to finish (the lock is taken again for the fold, which removes the
-    // record file: the row carries the tree from here).
-    let info: Option<LockInfo> = lock.as_mut().and_then(record_file::holder);
-    let mut folded = None;
-    if lock.take().is_some() && ctx.registry.fold_one(&ctx.dir, id, &me.boot_id) {
-        folded = ctx.registry.tree(id)?;
+    /// Tears down (or, dry, lists) everything in a dead guardian's tree cgroup found
+    /// on disk, then removes the directory. `left_alive` counts processes still in
+    /// the cgroup.
+    pub(crate) fn cgroup(&self, tree: &TreeId, path: &Path) -> TreeSweep {
+        let recorder = self.recorder(tree);
+        let signaller = &self.ctx.signaller;
+        sweep_cgroup(signaller, tree, path, self.dry_run, self.grace, recorder)
     }
-    let rec = folded.as_ref().or(rec);
-    if let Some(r) = rec.filter(|r| succession::awaits_successor(ctx, r)) {
-        return Ok(Some(TreeSweep {
-            id: id.into(),
-            label: r.label.clone(),
-            action: SweepAction::LeftAlone,
-            reason: "its supervisor is gone but its owner lives: the owner's next supervisor takes it over".into(),
-            targets: vec![],
-            left_alive: 0,
-        }));
+
+    /// Where a swept tree's audit lines go: the database, as this sweep's actor (a
+    /// dry run writes nothing).
+    fn recorder(&self, tree: &TreeId) -> Recorder {
+        let registry = match self.dry_run {
+            true => None,
+            false => (self.ctx.registry.reconnect())
+                .map_err(|e| tracing::warn!("audit log: {e}"))
+                .ok(),
+        };
+        Recorder::for_sweep(tree, self.actor, registry)
     }
-    let not_before = rec.map(|r| r.guardian.starttime).or_else(|| {
-        info.as_ref()
-            .filter(|i| i.boot_id == me.boot_id)
-            .map(|i| i.guardian_starttime)
-    });
-    let Some(tree) = TreeId::parse(id) else {
-        return Ok(None);
-    };
-    let Some(not_before) = not_before else {
-        return Ok(Some(unprovable(ctx, id, label, scanned)));
-    };
-    // The cgroup tier: the kernel's membership beats markers, so kill the cgroup first
-    // (this catches members that scrubbed their environment), then look for marked
-    // processes that left it.
-    let mount = cgroup::current_mount().ok();
-    let trusted = rec
-        .zip(mount.as_ref())
-        .and_then(|(r, m)| recorded_cgroup(r, m, ctx.procfs()));
-    let cgroup_sweep = trusted.filter(|p| p.exists()).map(|p| sweep.cgroup(id, p));
-    let untrusted = rec
-        .and_then(|r| r.cgroup_path.as_deref())
-        .filter(|_| trusted.is_none());
-    let mut source = MarkerSource {
-        procfs: ctx.procfs(),
-        tree: tree.clone(),
-        not_before,
-        uid: me.uid,
-        scanned: scanned.map(|m| {
-            m.get(id)
-                .map(|v| v.iter().map(|&(pid, _)| pid).collect())
-                .unwrap_or_default()
-        }),
-    };
-    let mut reason = if rec.is_some() {
-        "guardian is gone".to_string()
-    } else {
-        "guardian is gone and the tree has no record (found by its lock file and marker)"
-            .to_string()
-    };
-    if let Some(path) = untrusted {
-        reason.push_str(&format!(
-            "; its record names cgroup {path}, not a tree cgroup of this tree (another live tree's, or no tree's): left alone"
-        ));
+
+    /// Tears a dead guardian's tree down; its targets as a sweep reports them.
+    fn tear_down(&self, tree: &mut Tree) -> Vec<SweepTarget> {
+        let signaller = &self.ctx.signaller;
+        let torn = tear_down_together(&mut [tree], false, self.grace, signaller, &mut Bystander);
+        targets_of(&torn)
     }
-    if dry_run {
-        let (targets, left_alive) = dry_sweep(ctx, &mut source, cgroup_sweep);
-        return Ok(Some(TreeSweep {
-            id: id.into(),
-            label,
-            action: SweepAction::WouldSweep,
-            reason,
-            left_alive,
-            targets,
-        }));
+
+    /// What a dry run of one tree would signal, and how many.
+    fn dry_run(&self, tree: &mut Tree) -> (Vec<SweepTarget>, usize) {
+        let members = tree.members(&self.ctx.signaller, &mut None);
+        let targets = dry_run_targets(&members);
+        (targets, members.proven.len())
     }
-    if rec.is_some_and(|r| r.tier == RecordedTier::Portable) {
-        sweep_portable(sweep, &tree, not_before);
-    }
-    let (targets, left_alive) = tear_down_by_marker(sweep, id, &reason, &mut source, cgroup_sweep);
-    finish_record(ctx, id, rec, info.as_ref());
-    Ok(Some(TreeSweep {
-        id: id.into(),
-        label,
-        action: SweepAction::Swept,
-        reason,
-        targets,
-        left_alive,
-    }))
 }
 
 /// A dead guardian's tree whose start is unknown: without it, no marked process can
@@ -271,29 +342,6 @@ fn left_alone_if_owner_gone(
     })
 }
 
-/// What a dry run of one tree would signal: its marked members, then its cgroup's.
-fn dry_sweep(
-    ctx: &Context,
-    source: &mut MarkerSource<'_>,
-    cgroup_sweep: Option<TreeSweep>,
-) -> (Vec<SweepTarget>, usize) {
-    let members = source.members(&ctx.signaller);
-    let mut targets = dry_run_targets(&members);
-    if let Some(cg) = cgroup_sweep {
-        // A marked member in the cgroup is one process, listed once.
-        for t in cg.targets {
-            if !targets.iter().any(|x| x.pid == t.pid) {
-                targets.push(t);
-            }
-        }
-    }
-    let left_alive = targets
-        .iter()
-        .filter(|t| matches!(t.outcome, TargetOutcome::WouldSignal))
-        .count();
-    (targets, left_alive)
-}
-
 /// The portable tier's members that the marker cannot name (a scrubbed
 /// environment whose parent died), from the tree's member record, torn down by
 /// the portable core before the marker sweep (docs/TIERS.md, "portable").
@@ -316,64 +364,17 @@ fn sweep_portable(sweep: &Sweep<'_>, tree: &TreeId, not_before: u64) {
     });
 }
 
-/// Tears a dead guardian's tree down by marker (its cgroup, if any, was swept
-/// already), with notes before and after in the audit log. Returns the targets and
-/// how many guarded processes are left alive.
-fn tear_down_by_marker(
-    sweep: &Sweep<'_>,
-    id: &str,
-    reason: &str,
-    source: &mut MarkerSource<'_>,
-    cgroup_sweep: Option<TreeSweep>,
-) -> (Vec<SweepTarget>, usize) {
-    let (ctx, actor) = (sweep.ctx, sweep.actor);
-    let me = ctx.signaller.me();
-    let registry = &ctx.registry;
-    let note = |message: String| {
-        let _ = registry.append_audit(&AuditEntry {
-            tree: Some(id.into()),
-            actor: actor.into(),
-            event: "note".into(),
-            message: Some(message),
-            ..Default::default()
-        });
-    };
-    note(format!("{actor}: {reason}; tearing down by marker"));
-    let escalation = Escalation::with_grace(sweep.grace);
-    let mut delivered = Delivered::default();
-    let mut audit = |event: AuditEvent| {
-        delivered.note(&event);
-        if let Err(e) = registry.append_audit(&audit_entry(id, actor, &event)) {
-            tracing::warn!("audit log: {e}");
-        }
-    };
-    let report = escalation.run(&ctx.signaller, source, &mut audit);
-    let mut left_alive = marker_scan(ctx.procfs(), me.uid)
-        .get(id)
-        .map_or(0, Vec::len);
-    let mut targets = targets_of(&report, &delivered);
-    if let Some(cg) = cgroup_sweep {
-        targets.extend(cg.targets);
-        left_alive += cg.left_alive;
-    }
-    note(format!(
-        "{actor}: done, {} target(s), {left_alive} left alive",
-        report.targets.len()
-    ));
-    (targets, left_alive)
-}
-
-/// [`Sweep::cgroup`] with every signal and refusal passed to `audit`.
-fn sweep_cgroup_with(
+/// [`Sweep::cgroup`], its audit lines to `recorder`.
+fn sweep_cgroup(
     signaller: &Signaller,
-    id: &str,
+    tree: &TreeId,
     path: &Path,
     dry_run: bool,
     grace: Duration,
-    audit: &mut dyn FnMut(&AuditEvent),
+    recorder: Recorder,
 ) -> TreeSweep {
     let base = TreeSweep {
-        id: id.into(),
+        id: tree.to_string(),
         label: None,
         action: if dry_run {
             SweepAction::WouldSweep
@@ -384,30 +385,25 @@ fn sweep_cgroup_with(
         targets: vec![],
         left_alive: 0,
     };
-    let Ok(tree) = cgroup::CgroupTree::open(path) else {
+    let Ok(cg) = CgroupTree::open(path) else {
         return base;
     };
+    let mut left = Tree::left_behind(tree.clone(), Some(cg), None, None, recorder);
     if dry_run {
-        let members = tree.members(signaller);
-        let targets = dry_run_targets(&members);
+        let members = left.members(signaller, &mut None);
         return TreeSweep {
             left_alive: members.proven.len(),
-            targets,
+            targets: dry_run_targets(&members),
             ..base
         };
     }
-    let escalation = Escalation::with_grace(grace);
-    let mut delivered = Delivered::default();
-    let report = cgroup::sweep_orphaned_cgroup(signaller, path, &escalation, &mut |e| {
-        delivered.note(&e);
-        audit(&e)
-    });
-    let left_alive = match cgroup::CgroupTree::open(path) {
+    let torn = tear_down_together(&mut [&mut left], false, grace, signaller, &mut Bystander);
+    let left_alive = match CgroupTree::open(path) {
         Ok(t) if t.is_populated() => t.members(signaller).proven.len().max(1),
         _ => 0,
     };
     TreeSweep {
-        targets: targets_of(&report, &delivered),
+        targets: targets_of(&torn),
         left_alive,
         ..base
     }
@@ -425,16 +421,16 @@ pub fn sweep_found_cgroups(dry_run: bool, grace: Duration) -> Result<SweepReport
         if found.guardian != cgroup::GuardianState::Dead || !found.path.exists() {
             continue;
         }
-        let id = found.tree.to_string();
-        let mut audit = |event: &AuditEvent| match event {
-            AuditEvent::Signal { target, signal, .. } => {
-                tracing::info!(tree = %id, pid = target.pid, signal = signal.name(), "signalled")
-            }
-            AuditEvent::Refusal { pid, refusal } => {
-                tracing::warn!(tree = %id, pid, %refusal, "refused")
-            }
-        };
-        let t = sweep_cgroup_with(&signaller, &id, &found.path, dry_run, grace, &mut audit);
+        // No registry: the audit lines go nowhere (the teardown logs each signal).
+        let recorder = Recorder::for_sweep(&found.tree, "sweep", None);
+        let t = sweep_cgroup(
+            &signaller,
+            &found.tree,
+            &found.path,
+            dry_run,
+            grace,
+            recorder,
+        );
         trees.push(TreeSweep {
             reason: found_reason(&found, "found by its cgroup; no registry"),
             ..t
@@ -496,11 +492,11 @@ fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option
     }
 }
 
-/// What a dry run reports: each proven member as "would_signal", then each refusal.
+/// What a dry run reports: each proven member as "would_signal", then each refusal,
+/// each pid once (a process refused by two rules, its cgroup's and the marker's, is
+/// one process).
 fn dry_run_targets(members: &Members) -> Vec<SweepTarget> {
-    members
-        .proven
-        .iter()
+    let mut targets: Vec<SweepTarget> = (members.proven.iter())
         .map(|p| SweepTarget {
             pid: p.pid(),
             starttime: p.identity.starttime,
@@ -509,13 +505,13 @@ fn dry_run_targets(members: &Members) -> Vec<SweepTarget> {
             refusal_code: None,
             refusal: None,
         })
-        .chain(
-            members
-                .refused
-                .iter()
-                .map(|(pid, r)| refused_target(*pid, r)),
-        )
-        .collect()
+        .collect();
+    for (pid, r) in &members.refused {
+        if !targets.iter().any(|t| t.pid == *pid) {
+            targets.push(refused_target(*pid, r));
+        }
+    }
+    targets
 }
 
 pub(super) fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {
@@ -529,27 +525,10 @@ pub(super) fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {
     }
 }
 
-/// The processes a teardown's signals reached (delivered, not already gone).
-#[derive(Default)]
-struct Delivered(BTreeSet<(i32, u64)>);
-
-impl Delivered {
-    fn note(&mut self, event: &AuditEvent) {
-        if let AuditEvent::Signal {
-            target,
-            delivery: Delivery::Delivered,
-            ..
-        } = event
-        {
-            self.0.insert((target.pid, target.starttime));
-        }
-    }
-}
-
 /// The report's targets as a sweep reports them: a member that exited before SIGKILL
 /// was needed is `terminated` when our SIGTERM reached it, `gone` when nothing did.
-fn targets_of(report: &TeardownReport, delivered: &Delivered) -> Vec<SweepTarget> {
-    report
+fn targets_of(torn: &Torn) -> Vec<SweepTarget> {
+    (torn.report)
         .targets
         .iter()
         .map(|t| match &t.refusal {
@@ -558,7 +537,7 @@ fn targets_of(report: &TeardownReport, delivered: &Delivered) -> Vec<SweepTarget
                 pid: t.pid,
                 starttime: t.starttime,
                 outcome: match t.outcome {
-                    Outcome::Gone if delivered.0.contains(&(t.pid, t.starttime)) => {
+                    Outcome::Gone if torn.reached.contains(&(t.pid, t.starttime)) => {
                         TargetOutcome::Terminated
                     }
                     Outcome::Gone => TargetOutcome::Gone,

@@ -591,7 +591,8 @@ impl Supervisor<'_> {
                 self.opts.grace,
                 &self.signaller,
                 &mut self.host,
-            );
+            )
+            .left();
         }
         for mut tree in trees {
             let live = match stuck {

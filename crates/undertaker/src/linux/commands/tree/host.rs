@@ -1,7 +1,8 @@
 //! What a tree asks of the process that holds it ([`Host`]), and why a tree is torn
 //! down ([`Cause`]).
 
-use rustix::event::PollFlags;
+use crate::linux::kernel::poll::poll_until;
+use rustix::event::{PollFd, PollFlags};
 use rustix::fd::BorrowedFd;
 use std::time::Instant;
 
@@ -58,5 +59,22 @@ pub trait Host {
     /// process it started was SIGKILLed): the tree gets no more grace.
     fn out_of_patience(&mut self) -> bool {
         false
+    }
+}
+
+/// The host of a dead guardian's tree torn down by a process that is neither its
+/// guardian nor its parent (`sweep`, `kill`, self-healing on a guardian's thread): it
+/// reaps nothing (its own children are not the tree's, and a guardian's CMD is the
+/// guardian's to reap) and waits on the fds it is given.
+pub(crate) struct Bystander;
+
+impl Host for Bystander {
+    fn reap(&mut self, _exited: &mut dyn FnMut(i32, Option<i32>)) -> Option<bool> {
+        None
+    }
+
+    fn wait(&mut self, deadline: Instant, fds: &[(BorrowedFd<'_>, PollFlags)]) {
+        let mut polled: Vec<_> = (fds.iter()).map(|(fd, f)| PollFd::new(fd, *f)).collect();
+        poll_until(&mut polled, Some(deadline));
     }
 }

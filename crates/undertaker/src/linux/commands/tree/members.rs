@@ -3,6 +3,7 @@
 
 use super::{Host, Tree};
 use crate::linux::proof::descent::ProcTable;
+use crate::linux::proof::marked::marked_pids;
 use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
 
@@ -21,6 +22,16 @@ pub(crate) enum Anchors {
         /// The registered group (`register` only).
         group: Option<i32>,
         proven: Vec<ProvenProcess>,
+    },
+    /// A dead guardian's tree, torn down by a process that is neither its guardian
+    /// nor its parent (`sweep`, `kill`, self-healing): what its trusted cgroup holds
+    /// and, with `since`, every process of our uid that carries the tree's marker
+    /// and started no earlier than the dead guardian.
+    Left {
+        /// The dead guardian's start; `None`: the cgroup alone names the tree.
+        since: Option<u64>,
+        /// The marked pids of a scan the sweep just made, used for the first look.
+        scanned: Option<Vec<i32>>,
     },
 }
 
@@ -55,7 +66,7 @@ impl Tree {
             .as_ref()
             .map(|p| p.members(signaller))
             .unwrap_or_default();
-        match &self.anchors {
+        match &mut self.anchors {
             Anchors::Command(Orphans::AllOfHost) => {
                 // Both views: a member that left our descendants (setsid + reparenting
                 // elsewhere) is still in the cgroup, and one that moved out of the
@@ -95,6 +106,23 @@ impl Tree {
                     }
                 }
                 found.merge(table.walk(signaller, start));
+            }
+            Anchors::Left { since, scanned } => {
+                // A refused process in the cgroup (another user's) rules cgroup.kill
+                // out: it would kill what the ladder refused.
+                live.refused_in_cgroup |= !found.refused.is_empty();
+                if let Some(since) = *since {
+                    let me = signaller.me().uid;
+                    let marked = (scanned.take())
+                        .unwrap_or_else(|| marked_pids(signaller.procfs(), me, &self.id));
+                    let mut start = found;
+                    for pid in marked {
+                        if !start.proven.iter().any(|p| p.pid() == pid) {
+                            start.add(pid, signaller.prove_by_marker(pid, &self.id, since));
+                        }
+                    }
+                    found = scan(table, signaller).walk(signaller, start);
+                }
             }
             Anchors::Taken { proven, .. } => {
                 let start = Members {

@@ -1,5 +1,7 @@
 //! Trees of guardians that died, finished by another process: the sentinel that
-//! forked the guardian (the orphans are its descendants).
+//! forked the guardian (the orphans are its descendants), or a process that is
+//! neither (`sweep`, `kill`, self-healing), which finds them by cgroup and marker.
+//! Either way the tree is torn down by the one escalation, [`super::tear_down_together`].
 
 use super::{portable, Anchors, Live, Orphans, Tree};
 use crate::identity::TreeId;
@@ -8,6 +10,7 @@ use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::proof::signal::Signaller;
 use crate::GuardOptions;
+use std::time::Duration;
 
 impl Tree {
     /// The tree of a guardian that died, finished by the process that forked it
@@ -62,5 +65,42 @@ impl Tree {
                 ..Live::default()
             },
         }
+    }
+
+    /// A dead guardian's tree as `sweep`, `kill` and self-healing find it: its
+    /// trusted cgroup (`cgroup`, the only evidence for a tree found by its cgroup
+    /// alone) and, when the guardian's start `since` is known, the processes carrying
+    /// its marker (`scanned`: those of a scan just made, for the first look); every
+    /// descendant of those too. Nothing is its child: torn down with a
+    /// [`super::Bystander`] host. Its audit lines go where `recorder` sends them.
+    pub(crate) fn left_behind(
+        id: TreeId,
+        cgroup: Option<CgroupTree>,
+        since: Option<u64>,
+        scanned: Option<Vec<i32>>,
+        recorder: Recorder,
+    ) -> Self {
+        let placement = match cgroup {
+            Some(cg) => Placement::Cgroup(cg),
+            None => Placement::Subreaper,
+        };
+        Tree {
+            id,
+            label: None,
+            // Only `tear_down` reads it; the sweep passes its own to the escalation.
+            grace: Duration::ZERO,
+            containment: Containment::Subreaper,
+            recorder,
+            anchors: Anchors::Left { since, scanned },
+            live: Live {
+                placement: Some(placement),
+                ..Live::default()
+            },
+        }
+    }
+
+    /// Writes a note to the tree's audit log now (why a sweep acts, how it ended).
+    pub(crate) fn note(&self, message: String) {
+        self.recorder.note(message);
     }
 }

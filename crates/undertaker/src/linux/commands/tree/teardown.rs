@@ -7,25 +7,39 @@ use super::{Anchors, Host, Orphans, Tree};
 use crate::escalation::Sig;
 use crate::linux::proof::descent::ProcTable;
 use crate::linux::proof::signal::{Delivery, Members, ProvenProcess, Signaller};
-use crate::linux::proof::teardown::{AuditEvent, Escalation, Outcome, TreeSource};
+use crate::linux::proof::teardown::{AuditEvent, Escalation, Outcome, TeardownReport, TreeSource};
 use rustix::event::PollFlags;
 use rustix::fd::BorrowedFd;
 use rustix::process::Signal;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
+
+/// What a teardown did: the escalation's report, member by member, and the members a
+/// signal of ours reached (one that then exited was terminated, not merely gone).
+pub(crate) struct Torn {
+    pub report: TeardownReport,
+    pub reached: BTreeSet<(i32, u64)>,
+}
+
+impl Torn {
+    /// Members still alive.
+    pub fn left(&self) -> usize {
+        self.report.count(Outcome::Stuck)
+    }
+}
 
 /// Tears `trees` down together (SIGTERM to all, `grace`, SIGKILL), then reaps and
 /// removes each emptied cgroup. With `everything_ours`, every descendant of this
 /// process goes too (a supervisor's end when it released no tree: nothing of ours
-/// is meant to outlive it). Returns the members still alive.
+/// is meant to outlive it).
 pub(crate) fn tear_down_together(
     trees: &mut [&mut Tree],
     everything_ours: bool,
     grace: Duration,
     signaller: &Signaller,
     host: &mut dyn Host,
-) -> usize {
+) -> Torn {
     // Audit entries wait here, with the index of their member's tree, until the
     // source files them before its next wait.
     let queued: RefCell<Vec<(usize, AuditEvent)>> = RefCell::new(Vec::new());
@@ -46,10 +60,19 @@ pub(crate) fn tear_down_together(
             tree.recorder.reaping();
         }
     }
+    let mut reached = BTreeSet::new();
     let mut log = |event: AuditEvent| {
         let pid = match &event {
-            AuditEvent::Signal { target, signal, .. } => {
+            AuditEvent::Signal {
+                target,
+                signal,
+                delivery,
+                ..
+            } => {
                 tracing::debug!(pid = target.pid, signal = signal.name(), "signalled");
+                if *delivery == Delivery::Delivered {
+                    reached.insert((target.pid, target.starttime));
+                }
                 target.pid
             }
             AuditEvent::Refusal { pid, refusal } => {
@@ -83,7 +106,7 @@ pub(crate) fn tear_down_together(
             tree.remove_cgroup();
         }
     }
-    left
+    Torn { report, reached }
 }
 
 /// Trees being torn down together, with the host that reaps and waits for them.
@@ -277,7 +300,7 @@ impl TreeSource for Together<'_, '_> {
             let holds_protected = !protected.is_empty()
                 && (cg.pids().into_iter())
                     .any(|pid| procfs.stat(pid).is_ok_and(|s| protected.contains(&s.pgrp)));
-            all &= !holds_protected && cg.kill();
+            all &= !holds_protected && !tree.live.refused_in_cgroup && cg.kill();
         }
         all && !self.trees.is_empty() && !self.everything_ours
     }
