@@ -22,7 +22,7 @@ use crate::{GuardOptions, RunError, Tier};
 use rustix::fd::BorrowedFd;
 use std::time::Duration;
 
-pub(crate) use host::Bystander;
+use host::Bystander;
 pub use host::{Cause, Host};
 pub(crate) use members::{Anchors, Orphans};
 pub(crate) use portable::TRACK_EVERY;

@@ -2,24 +2,24 @@
 
 use super::marker::{live_count, marker_scan};
 use super::succession;
-use super::{candidates, guardian_state, owner_alive, recorded_cgroup, Context, GuardianState};
+use super::{candidates, guardian_state, recorded_cgroup, Context, GuardianState};
 use crate::identity::TreeId;
-use crate::ladder::Refusal;
 use crate::linux::commands::record::Recorder;
-use crate::linux::commands::tree::{tear_down_together, Bystander, Torn, Tree};
+use crate::linux::commands::tree::Tree;
 use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::kernel::procfs::Procfs;
-use crate::linux::proof::signal::{Members, Signaller};
-use crate::linux::proof::teardown::Outcome;
+use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{self, LockInfo};
-use crate::registry::{
-    now_ms, AuditEntry, GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, RegistryError,
-    StoredState, TreeRecord,
-};
-use crate::report::{SweepAction, SweepReport, SweepTarget, TargetOutcome, TreeSweep};
+use crate::registry::{AuditEntry, RecordedTier, RegistryError, TreeRecord};
+use crate::report::{SweepAction, SweepReport, TreeSweep};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
+
+mod report;
+
+pub(super) use report::refused_target;
+use report::{dry_run_of, finish_record, left_alone_if_owner_gone, targets_of, unprovable};
 
 /// Reconciles every tree: finishes those whose guardian died.
 pub fn sweep(ctx: &Context, dry_run: bool, grace: Duration) -> Result<SweepReport, RegistryError> {
@@ -116,17 +116,22 @@ impl Sweep<'_> {
             cgroup,
             Some(orphaned.since),
             marked,
+            self.grace,
             recorder,
         );
         let (action, targets, left_alive) = if self.dry_run {
-            let (targets, would) = self.dry_run(&mut tree);
+            let (targets, would) = dry_run_of(&mut tree, &self.ctx.signaller);
             (SweepAction::WouldSweep, targets, would)
         } else {
             if rec.is_some_and(|r| r.tier == RecordedTier::Portable) {
                 sweep_portable(self, tree.id(), orphaned.since);
             }
-            tree.note(format!("{}: {reason}; tearing down by marker", self.actor));
-            let targets = self.tear_down(&mut tree);
+            let how = match tree.cgroup() {
+                Some(_) => "by cgroup and marker",
+                None => "by marker",
+            };
+            tree.note(format!("{}: {reason}; tearing down {how}", self.actor));
+            let targets = targets_of(&tree.tear_down_from_outside(&self.ctx.signaller));
             let left_alive = live_count(self.ctx, id, rec);
             tree.note(format!(
                 "{}: done, {} target(s), {left_alive} left alive",
@@ -256,90 +261,6 @@ impl Sweep<'_> {
         };
         Recorder::for_sweep(tree, self.actor, registry)
     }
-
-    /// Tears a dead guardian's tree down; its targets as a sweep reports them.
-    fn tear_down(&self, tree: &mut Tree) -> Vec<SweepTarget> {
-        let signaller = &self.ctx.signaller;
-        let torn = tear_down_together(&mut [tree], false, self.grace, signaller, &mut Bystander);
-        targets_of(&torn)
-    }
-
-    /// What a dry run of one tree would signal, and how many.
-    fn dry_run(&self, tree: &mut Tree) -> (Vec<SweepTarget>, usize) {
-        let members = tree.members(&self.ctx.signaller, &mut None);
-        let targets = dry_run_targets(&members);
-        (targets, members.proven.len())
-    }
-}
-
-/// A dead guardian's tree whose start is unknown: without it, no marked process can
-/// be proven to have started after the tree, so nothing is signalled.
-fn unprovable(
-    ctx: &Context,
-    id: &str,
-    label: Option<String>,
-    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
-) -> TreeSweep {
-    TreeSweep {
-        id: id.into(),
-        label,
-        action: SweepAction::Refused,
-        reason: "no record of when the guardian started: membership cannot be proven".into(),
-        targets: vec![],
-        left_alive: match scanned {
-            Some(m) => m.get(id).map_or(0, Vec::len),
-            None => marker_scan(ctx.procfs(), ctx.signaller.me().uid)
-                .get(id)
-                .map_or(0, Vec::len),
-        },
-    }
-}
-
-/// A tree whose guardian is alive is its guardian's; it is reported when its guardian
-/// is stopped (nothing tears it down until someone continues the guardian, and its
-/// sentinel may be gone too) or its owner is gone (the guardian tears down itself).
-fn left_alone_if_owner_gone(
-    ctx: &Context,
-    id: &str,
-    rec: Option<&TreeRecord>,
-    label: Option<String>,
-    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
-) -> Option<TreeSweep> {
-    let rec = rec?;
-    let guardian = ctx
-        .procfs()
-        .stat(rec.guardian.pid)
-        .ok()
-        .filter(|s| s.starttime == rec.guardian.starttime);
-    if guardian.is_some_and(|s| matches!(s.state, 'T' | 't')) {
-        let left_alive = match scanned {
-            Some(m) => m.get(id).map_or(0, Vec::len),
-            None => marker_scan(ctx.procfs(), ctx.signaller.me().uid)
-                .get(id)
-                .map_or(0, Vec::len),
-        };
-        return Some(TreeSweep {
-            id: id.into(),
-            label,
-            action: SweepAction::LeftAlone,
-            reason: format!(
-                "the guardian (pid {}) is stopped and holds the tree: nothing tears it down \
-                 until it is continued (`undertaker kill {id}` continues it and has it tear down)",
-                rec.guardian.pid
-            ),
-            targets: vec![],
-            left_alive,
-        });
-    }
-    let owner_dead = owner_alive(ctx.procfs(), &rec.owner) == Some(false);
-    owner_dead.then(|| TreeSweep {
-        id: id.into(),
-        label,
-        action: SweepAction::LeftAlone,
-        reason: "owner is gone but the guardian is alive and tears the tree down itself".into(),
-        targets: vec![],
-        left_alive: 0,
-    })
 }
 
 /// The portable tier's members that the marker cannot name (a scrubbed
@@ -388,16 +309,16 @@ fn sweep_cgroup(
     let Ok(cg) = CgroupTree::open(path) else {
         return base;
     };
-    let mut left = Tree::left_behind(tree.clone(), Some(cg), None, None, recorder);
+    let mut left = Tree::left_behind(tree.clone(), Some(cg), None, None, grace, recorder);
     if dry_run {
-        let members = left.members(signaller, &mut None);
+        let (targets, left_alive) = dry_run_of(&mut left, signaller);
         return TreeSweep {
-            left_alive: members.proven.len(),
-            targets: dry_run_targets(&members),
+            left_alive,
+            targets,
             ..base
         };
     }
-    let torn = tear_down_together(&mut [&mut left], false, grace, signaller, &mut Bystander);
+    let torn = left.tear_down_from_outside(signaller);
     let left_alive = match CgroupTree::open(path) {
         Ok(t) if t.is_populated() => t.members(signaller).proven.len().max(1),
         _ => 0,
@@ -449,106 +370,4 @@ fn found_reason(found: &cgroup::FoundTreeCgroup, how: &str) -> String {
             found.guardian_pidns
         )
     }
-}
-
-/// Marks a swept tree finished; a tree known only from its lock file gets a row.
-fn finish_record(ctx: &Context, id: &str, rec: Option<&TreeRecord>, info: Option<&LockInfo>) {
-    let result = match (rec, info) {
-        (Some(_), _) => ctx.registry.set_finished(id, None),
-        (None, Some(info)) => {
-            let now = now_ms();
-            ctx.registry.insert_tree(&TreeRecord {
-                id: id.into(),
-                boot_id: info.boot_id.clone(),
-                label: None,
-                tier: RecordedTier::Unknown,
-                state: StoredState::Finished,
-                guardian: GuardianRecord {
-                    pid: info.guardian_pid,
-                    starttime: info.guardian_starttime,
-                    pgid: 0,
-                    pidfs_inode: None,
-                    supervisor: false,
-                },
-                root: None,
-                owner: OwnerRecord {
-                    kind: OwnerKind::Unknown,
-                    pid: None,
-                    starttime: None,
-                },
-                cgroup_path: None,
-                cgroup_id: None,
-                created_ms: now,
-                updated_ms: now,
-                finished_ms: Some(now),
-                exit_status: None,
-                start: None,
-            })
-        }
-        (None, None) => Ok(()),
-    };
-    if let Err(e) = result {
-        tracing::warn!("recording end of {id}: {e}");
-    }
-}
-
-/// What a dry run reports: each proven member as "would_signal", then each refusal,
-/// each pid once (a process refused by two rules, its cgroup's and the marker's, is
-/// one process).
-fn dry_run_targets(members: &Members) -> Vec<SweepTarget> {
-    let mut targets: Vec<SweepTarget> = (members.proven.iter())
-        .map(|p| SweepTarget {
-            pid: p.pid(),
-            starttime: p.identity.starttime,
-            outcome: TargetOutcome::WouldSignal,
-            proof: Some(p.proof.label().into()),
-            refusal_code: None,
-            refusal: None,
-        })
-        .collect();
-    for (pid, r) in &members.refused {
-        if !targets.iter().any(|t| t.pid == *pid) {
-            targets.push(refused_target(*pid, r));
-        }
-    }
-    targets
-}
-
-pub(super) fn refused_target(pid: i32, r: &Refusal) -> SweepTarget {
-    SweepTarget {
-        pid,
-        starttime: 0,
-        outcome: TargetOutcome::Refused,
-        proof: None,
-        refusal_code: Some(r.code().into()),
-        refusal: Some(r.to_string()),
-    }
-}
-
-/// The report's targets as a sweep reports them: a member that exited before SIGKILL
-/// was needed is `terminated` when our SIGTERM reached it, `gone` when nothing did.
-fn targets_of(torn: &Torn) -> Vec<SweepTarget> {
-    (torn.report)
-        .targets
-        .iter()
-        .map(|t| match &t.refusal {
-            Some(r) => refused_target(t.pid, r),
-            None => SweepTarget {
-                pid: t.pid,
-                starttime: t.starttime,
-                outcome: match t.outcome {
-                    Outcome::Gone if torn.reached.contains(&(t.pid, t.starttime)) => {
-                        TargetOutcome::Terminated
-                    }
-                    Outcome::Gone => TargetOutcome::Gone,
-                    Outcome::Killed => TargetOutcome::Killed,
-                    Outcome::Stuck => TargetOutcome::Stuck,
-                    Outcome::Refused => TargetOutcome::Refused,
-                },
-                proof: t.proof.as_ref().map(|p| p.label().into()),
-                refusal_code: None,
-                refusal: None,
-            },
-        })
-        .collect()
 }

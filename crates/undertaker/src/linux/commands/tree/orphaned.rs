@@ -3,7 +3,7 @@
 //! neither (`sweep`, `kill`, self-healing), which finds them by cgroup and marker.
 //! Either way the tree is torn down by the one escalation, [`super::tear_down_together`].
 
-use super::{portable, Anchors, Live, Orphans, Tree};
+use super::{portable, tear_down_together, Anchors, Bystander, Live, Orphans, Torn, Tree};
 use crate::identity::TreeId;
 use crate::linux::commands::record::Recorder;
 use crate::linux::contain::cgroup::CgroupTree;
@@ -71,13 +71,15 @@ impl Tree {
     /// trusted cgroup (`cgroup`, the only evidence for a tree found by its cgroup
     /// alone) and, when the guardian's start `since` is known, the processes carrying
     /// its marker (`scanned`: those of a scan just made, for the first look); every
-    /// descendant of those too. Nothing is its child: torn down with a
-    /// [`super::Bystander`] host. Its audit lines go where `recorder` sends them.
+    /// descendant of those too. Nothing is its child: torn down by
+    /// [`Tree::tear_down_from_outside`], `grace` between SIGTERM and SIGKILL. Its
+    /// audit lines go where `recorder` sends them.
     pub(crate) fn left_behind(
         id: TreeId,
         cgroup: Option<CgroupTree>,
         since: Option<u64>,
         scanned: Option<Vec<i32>>,
+        grace: Duration,
         recorder: Recorder,
     ) -> Self {
         let placement = match cgroup {
@@ -87,8 +89,7 @@ impl Tree {
         Tree {
             id,
             label: None,
-            // Only `tear_down` reads it; the sweep passes its own to the escalation.
-            grace: Duration::ZERO,
+            grace,
             containment: Containment::Subreaper,
             recorder,
             anchors: Anchors::Left { since, scanned },
@@ -102,5 +103,12 @@ impl Tree {
     /// Writes a note to the tree's audit log now (why a sweep acts, how it ended).
     pub(crate) fn note(&self, message: String) {
         self.recorder.note(message);
+    }
+
+    /// Tears a [`Tree::left_behind`] down through the one escalation, as a process
+    /// that is no member's parent: a report of each member back.
+    pub(crate) fn tear_down_from_outside(&mut self, signaller: &Signaller) -> Torn {
+        let grace = self.grace;
+        tear_down_together(&mut [self], false, grace, signaller, &mut Bystander)
     }
 }

@@ -1,7 +1,8 @@
-//! Tearing trees down: one escalation over one tree (`run`, `supervise`'s `kill`) or
-//! over every tree a process holds at once (a supervisor's end: one grace period for
-//! all, not one per tree). Each member is found by its own tree's rule, and its
-//! audit lines go to that tree's record.
+//! Tearing trees down: one escalation over one tree (`run`, `supervise`'s `kill`, the
+//! sentinel's and a sweep's dead guardian's tree) or over every tree a process holds
+//! at once (a supervisor's end: one grace period for all, not one per tree). Each
+//! member is found by its own tree's rule, and its audit lines go to that tree's
+//! record.
 
 use super::{Anchors, Host, Orphans, Tree};
 use crate::escalation::Sig;
