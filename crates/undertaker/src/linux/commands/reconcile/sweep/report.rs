@@ -14,6 +14,20 @@ use crate::registry::{
 use crate::report::{SweepAction, SweepTarget, TargetOutcome, TreeSweep};
 use std::collections::BTreeMap;
 
+/// How many live processes carry the tree's marker, from the caller's scan if it
+/// made one.
+fn marked_count(
+    ctx: &Context,
+    id: &str,
+    scanned: Option<&BTreeMap<String, Vec<(i32, u64)>>>,
+) -> usize {
+    let count = |m: &BTreeMap<String, Vec<(i32, u64)>>| m.get(id).map_or(0, Vec::len);
+    match scanned {
+        Some(m) => count(m),
+        None => count(&marker_scan(ctx.procfs(), ctx.signaller.me().uid)),
+    }
+}
+
 /// A dead guardian's tree whose start is unknown: without it, no marked process can
 /// be proven to have started after the tree, so nothing is signalled.
 pub(super) fn unprovable(
@@ -28,12 +42,7 @@ pub(super) fn unprovable(
         action: SweepAction::Refused,
         reason: "no record of when the guardian started: membership cannot be proven".into(),
         targets: vec![],
-        left_alive: match scanned {
-            Some(m) => m.get(id).map_or(0, Vec::len),
-            None => marker_scan(ctx.procfs(), ctx.signaller.me().uid)
-                .get(id)
-                .map_or(0, Vec::len),
-        },
+        left_alive: marked_count(ctx, id, scanned),
     }
 }
 
@@ -54,12 +63,7 @@ pub(super) fn left_alone_if_owner_gone(
         .ok()
         .filter(|s| s.starttime == rec.guardian.starttime);
     if guardian.is_some_and(|s| matches!(s.state, 'T' | 't')) {
-        let left_alive = match scanned {
-            Some(m) => m.get(id).map_or(0, Vec::len),
-            None => marker_scan(ctx.procfs(), ctx.signaller.me().uid)
-                .get(id)
-                .map_or(0, Vec::len),
-        };
+        let left_alive = marked_count(ctx, id, scanned);
         return Some(TreeSweep {
             id: id.into(),
             label,
