@@ -17,6 +17,7 @@ pub(crate) mod lineage;
 pub(crate) mod owner;
 pub(crate) mod record;
 pub(crate) mod teardown;
+pub(crate) mod tracking;
 #[cfg(test)]
 mod xnu_model;
 #[cfg(test)]
