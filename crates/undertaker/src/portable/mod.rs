@@ -15,6 +15,7 @@
 
 pub(crate) mod lineage;
 pub(crate) mod owner;
+pub(crate) mod reconcile;
 pub(crate) mod record;
 pub(crate) mod teardown;
 pub(crate) mod tracking;

@@ -181,3 +181,58 @@ pub(crate) fn sweep_recorded<T: ProcessTable + Waker>(
     tracking.forget();
     report
 }
+
+/// Why a guardian's watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    CmdExited,
+    OwnerGone,
+    /// Asked to stop (a signal, `undertaker kill`).
+    Stopped,
+}
+
+/// What a guardian watches besides CMD and its members, asked after every wake.
+pub(crate) trait Watch<T> {
+    /// The owner is provably gone; `wakes` are what the last wait reported.
+    fn owner_gone(&mut self, os: &mut T, wakes: &[super::Wake]) -> bool;
+    /// Someone asked the guardian to tear the tree down.
+    fn stop_asked(&mut self, os: &mut T) -> bool;
+}
+
+impl<T: ProcessTable + Waker> Tracking<T> {
+    /// The guardian's life beside its tree: CMD (`root`, our unreaped child) is
+    /// watched, and the members are looked for every [`TRACK_EVERY`] (sooner when a
+    /// watched process forks, execs or exits) until CMD exits (the table no longer
+    /// shows it alive: a zombie is not), the owner is gone or a stop is asked.
+    pub(crate) fn watch(&mut self, root: i32, watch: &mut impl Watch<T>) -> Ended {
+        let cmd = self.os.facts(root).map(|f| Member {
+            pid: root,
+            serial: f.serial,
+            start: f.start,
+            why: super::Why::Seed,
+        });
+        if let Some(cmd) = &cmd {
+            self.os.watch(cmd);
+        }
+        let mut wakes = Vec::new();
+        loop {
+            if watch.stop_asked(&mut self.os) {
+                return Ended::Stopped;
+            }
+            let cmd_alive = cmd.as_ref().is_some_and(|cmd| {
+                self.os
+                    .facts(cmd.pid)
+                    .is_some_and(|f| f.serial == cmd.serial)
+            });
+            if !cmd_alive {
+                return Ended::CmdExited;
+            }
+            if watch.owner_gone(&mut self.os, &wakes) {
+                return Ended::OwnerGone;
+            }
+            self.track();
+            let now = self.os.now();
+            wakes = self.os.wait(now + TRACK_EVERY);
+        }
+    }
+}

@@ -35,6 +35,8 @@ fn scope(
         .chain(also)
         .copied()
         .collect();
+    let own_start = || signaller.procfs().stat(me.pid).map_or(0, |s| s.starttime);
+    let not_before = Some(not_before.unwrap_or_else(own_start));
     tracking::scope(os, id, me.uid, me.pid, &protect, not_before)
 }
 
