@@ -89,16 +89,15 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         checks,
         tiers: vec![
             TierCheck {
-                tier: Tier::Auto,
-                available: false,
-                detail: "run is not wired to the portable core on macOS yet (docs/PORTING.md)"
-                    .into(),
+                tier: Tier::Portable,
+                available: true,
+                detail: "the portable core over libproc and kqueue (lineage, marker, member record, freeze round); no sentinel yet: a killed guardian's tree waits for `sweep` (docs/TIERS.md)".into(),
             },
             linux_only(Tier::Cgroup),
             linux_only(Tier::Pidns),
             linux_only(Tier::Subreaper),
         ],
-        auto: Tier::Auto,
+        auto: Tier::Portable,
         cgroup_placement: CgroupPlacement {
             path: None,
             kind: None,
