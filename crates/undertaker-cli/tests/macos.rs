@@ -1,11 +1,14 @@
 //! The macOS backend on a real Mac (docs/PORTING.md, "The macOS backend"): type-checked
-//! on Linux by scripts/cross/check.sh, run by the ci workflow's macOS job. What exists
-//! there today: `doctor` probes libproc, `KERN_PROCARGS2`, kqueue and the boot session
-//! on the test process itself; `log` reads a state directory; `run` exits 125.
+//! on Linux by scripts/cross/check.sh, run by the ci workflow's macOS job, never run
+//! yet. `doctor` probes libproc, `KERN_PROCARGS2`, kqueue and the boot session on the
+//! test process itself; `run` guards a tree on the portable tier until CMD exits, the
+//! owner dies or a SIGTERM comes; a guardian's `kill -9` leaves the tree for `sweep`;
+//! `kill` ends a live tree; `log` reads a state directory; `supervise` exits 125.
 #![cfg(target_os = "macos")]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A scratch state directory of this test's own, removed on drop.
 struct Scratch(PathBuf);
@@ -58,17 +61,215 @@ fn doctor_probes_answer_on_this_mac() {
     println!("kernel_checked_signal: {binding}");
 }
 
+/// `undertaker run` in the background, its stdio not the test's.
+fn run_in_background(state: &Scratch, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_undertaker"))
+        .arg("--state-dir")
+        .arg(&state.0)
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("undertaker starts")
+}
+
+/// The pid a tree's script wrote to `file`, once it is there.
+fn pid_in(file: &Path) -> i32 {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        assert!(Instant::now() < until, "{} never written", file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is still the `sleep ARG` the test started (`ps` reads its command
+/// line: a reused number shows another one).
+fn sleeping(pid: i32, arg: &str) -> bool {
+    let out = Command::new("ps")
+        .args(["-o", "command=", "-p", &pid.to_string()])
+        .output()
+        .expect("ps");
+    String::from_utf8_lossy(&out.stdout).contains(&format!("sleep {arg}"))
+}
+
+/// Waits up to 30 s (generous: timing never decides) for `done`.
+fn within_30s(mut done: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// The script of a tree with a grandchild (`sleep ARG`) whose pid goes to `file`.
+fn tree_script(file: &Path, arg: &str) -> String {
+    format!(
+        "sleep {arg} & echo $! > '{}'; exec sleep 4399",
+        file.display()
+    )
+}
+
 #[test]
-fn run_says_it_is_not_supported_yet_and_starts_nothing() {
+fn run_exits_with_cmds_status_and_leaves_no_member() {
     let state = Scratch::new("run");
-    let marker = state.0.join("started");
+    let file = state.0.join("grandchild");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let script = format!("sleep 4301 & echo $! > '{}'; exit 7", file.display());
     let out = undertaker(
         &state,
-        &["run", "--", "/usr/bin/touch", marker.to_str().unwrap()],
+        &["run", "--grace", "300ms", "--", "/bin/sh", "-c", &script],
     );
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let grandchild = pid_in(&file);
+    assert!(
+        within_30s(|| !sleeping(grandchild, "4301")),
+        "the grandchild survived"
+    );
+    let ps = undertaker(&state, &["ps", "--all", "--json"]);
+    assert!(ps.status.success(), "{ps:?}");
+    assert!(String::from_utf8_lossy(&ps.stdout).contains("portable"));
+}
+
+#[test]
+fn owner_kill9_tears_the_tree_down() {
+    let state = Scratch::new("owner");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut owner = Command::new("sleep").arg("4310").spawn().expect("owner");
+    let owner_pid = owner.id().to_string();
+    let mut guardian = run_in_background(
+        &state,
+        &[
+            "--owner",
+            &owner_pid,
+            "--grace",
+            "300ms",
+            "--",
+            "/bin/sh",
+            "-c",
+            &tree_script(&file, "4311"),
+        ],
+    );
+    let grandchild = pid_in(&file);
+    owner.kill().expect("the owner's kill -9");
+    let _ = owner.wait();
+    assert!(
+        within_30s(|| guardian.try_wait().unwrap().is_some()),
+        "the guardian never finished"
+    );
+    assert!(!sleeping(grandchild, "4311"), "the grandchild survived");
+}
+
+#[test]
+fn sigterm_to_the_guardian_tears_down_and_exits_143() {
+    let state = Scratch::new("sigterm");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut guardian = run_in_background(
+        &state,
+        &[
+            "--grace",
+            "300ms",
+            "--",
+            "/bin/sh",
+            "-c",
+            &tree_script(&file, "4321"),
+        ],
+    );
+    let grandchild = pid_in(&file);
+    // The test's own child.
+    let sent = Command::new("kill")
+        .args(["-TERM", &guardian.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    assert!(
+        within_30s(|| guardian.try_wait().unwrap().is_some()),
+        "the guardian never finished"
+    );
+    assert_eq!(guardian.wait().unwrap().code(), Some(143));
+    assert!(!sleeping(grandchild, "4321"), "the grandchild survived");
+}
+
+/// No sentinel on macOS yet (docs/GUARANTEES.md, "macOS"): the tree outlives its
+/// guardian's `kill -9`, and one `sweep` ends it from the member record.
+#[test]
+fn guardian_kill9_leaves_the_tree_for_one_sweep() {
+    let state = Scratch::new("sweep");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut guardian = run_in_background(
+        &state,
+        &[
+            "--grace",
+            "300ms",
+            "--",
+            "/bin/sh",
+            "-c",
+            &tree_script(&file, "4331"),
+        ],
+    );
+    let grandchild = pid_in(&file);
+    // Long enough for a look to record the grandchild.
+    std::thread::sleep(Duration::from_millis(500));
+    guardian.kill().expect("the guardian's kill -9");
+    let _ = guardian.wait();
+    assert!(
+        sleeping(grandchild, "4331"),
+        "the asserted residual: it lives until a sweep"
+    );
+    let out = undertaker(&state, &["sweep", "--grace", "300ms"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        within_30s(|| !sleeping(grandchild, "4331")),
+        "the sweep left the grandchild"
+    );
+}
+
+#[test]
+fn kill_of_a_live_tree_by_label_ends_it() {
+    let state = Scratch::new("kill");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut guardian = run_in_background(
+        &state,
+        &[
+            "--label",
+            "mac-kill",
+            "--grace",
+            "300ms",
+            "--",
+            "/bin/sh",
+            "-c",
+            &tree_script(&file, "4341"),
+        ],
+    );
+    let grandchild = pid_in(&file);
+    let out = undertaker(&state, &["kill", "mac-kill"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        within_30s(|| guardian.try_wait().unwrap().is_some()),
+        "the guardian never finished"
+    );
+    assert!(!sleeping(grandchild, "4341"), "the grandchild survived");
+}
+
+#[test]
+fn supervise_says_it_is_not_available_and_exits_125() {
+    let state = Scratch::new("supervise");
+    let out = undertaker(&state, &["supervise"]);
     assert_eq!(out.status.code(), Some(125), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not supported"));
-    assert!(!marker.exists(), "CMD must not have been started");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not available on macOS"));
 }
 
 #[test]

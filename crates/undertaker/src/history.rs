@@ -50,6 +50,19 @@ impl Context {
         Ok(trees)
     }
 
+    /// Whether tree `id`'s guardian holds its record file's lock: the liveness rule
+    /// of Windows and the portable tier (docs/REGISTRY.md). A record that cannot be
+    /// judged counts as alive: no record is closed on a guess.
+    pub fn guardian_alive(&self, id: &str) -> bool {
+        use crate::registry::lock::FileLock;
+        match FileLock::try_acquire(&record_file::path_of(&self.dir, id)) {
+            Ok(None) => true,
+            Ok(Some(_)) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(_) => true,
+        }
+    }
+
     /// The registry as every platform reads it.
     pub(crate) fn history(&self) -> History<'_> {
         History {

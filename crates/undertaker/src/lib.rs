@@ -67,8 +67,9 @@ pub(crate) mod history;
 pub(crate) mod identity;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) mod ladder;
-// The portable core (no cgroup, subreaper or PDEATHSIG: macOS's shape): its backends
-// come next (docs/PORTING.md); the xnu model tests it today.
+// The portable core (no cgroup, subreaper or PDEATHSIG: macOS's shape; docs/PORTING.md):
+// Linux's `--tier portable` and macOS run it, each a part of it (Linux's guardian has
+// its own loop and reconcile), so what one platform leaves unused is not dead code.
 #[allow(dead_code)]
 pub(crate) mod portable;
 pub mod protocol;

@@ -1,48 +1,50 @@
-//! The commands as macOS runs them today: what the crate's one platform edge (`mod os`
-//! in lib.rs) exports, the same functions on every platform (docs/PORTING.md). The
-//! backend the portable core needs exists (`contain/portable.rs`); the guardian that
-//! would drive it does not yet, so `run`, `supervise`, `ps`, `sweep` and `kill` say
-//! `Unsupported` (exit 125). `log` and `doctor` work.
+//! The commands as macOS runs them: what the crate's one platform edge (`mod os` in
+//! lib.rs) exports, the same functions on every platform (docs/PORTING.md). `run`,
+//! `ps`, `sweep`, `kill`, `log` and `doctor` run the portable core over libproc and
+//! kqueue; `supervise` says `Unsupported` (exit 125). Type-checked here, its logic
+//! tested on Linux, not yet run on a Mac.
 
 use crate::history;
-use crate::macos::commands::doctor as doctor_macos;
+use crate::macos::commands::{doctor as doctor_macos, guardian, reconcile};
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub fn run(_opts: &RunOptions) -> Result<i32, RunError> {
-    Err(RunError::Unsupported)
+pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    guardian::run(opts)
 }
 
 pub fn supervise(_opts: &SuperviseOptions) -> Result<i32, RunError> {
-    Err(RunError::Unsupported)
+    Err(RunError::Setup(
+        "supervise is not available on macOS yet: guard each server with `undertaker run` (docs/PORTING.md, \"macOS\")".into(),
+    ))
 }
 
 /// The state directory as every platform reads it (`log`).
 pub fn open_state(state_dir: Option<&Path>) -> Result<history::Context, Error> {
-    Ok(doctor_macos::open(state_dir)?)
+    Ok(reconcile::open(state_dir)?)
 }
 
-pub fn ps(_state_dir: Option<&Path>, _all: bool) -> Result<Vec<PsRow>, Error> {
-    Err(Error::Unsupported)
+pub fn ps(state_dir: Option<&Path>, all: bool) -> Result<Vec<PsRow>, Error> {
+    reconcile::ps(state_dir, all)
 }
 
 pub fn sweep(
-    _state_dir: Option<&Path>,
-    _dry_run: bool,
-    _grace: Duration,
+    state_dir: Option<&Path>,
+    dry_run: bool,
+    grace: Duration,
 ) -> Result<SweepReport, Error> {
-    Err(Error::Unsupported)
+    reconcile::sweep(state_dir, dry_run, grace)
 }
 
 pub fn kill_named(
-    _state_dir: Option<&Path>,
-    _name: &str,
-    _all: bool,
-    _grace: Duration,
+    state_dir: Option<&Path>,
+    name: &str,
+    all: bool,
+    grace: Duration,
 ) -> Result<Vec<TreeSweep>, Error> {
-    Err(Error::Unsupported)
+    reconcile::kill_named(state_dir, name, all, grace)
 }
 
 pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {
@@ -54,5 +56,5 @@ pub fn set_cgroup_root(path: PathBuf) {
     let _ = path;
 }
 
-/// No self-healing rounds on macOS yet (no guardian leaves a tree behind).
+/// No self-healing rounds on macOS yet: a dead guardian's tree waits for `sweep`.
 pub fn disable_self_healing() {}

@@ -15,8 +15,10 @@
 
 pub(crate) mod lineage;
 pub(crate) mod owner;
+pub(crate) mod reconcile;
 pub(crate) mod record;
 pub(crate) mod teardown;
+pub(crate) mod tracking;
 #[cfg(test)]
 mod xnu_model;
 #[cfg(test)]

@@ -249,3 +249,54 @@ fn audit_pages_walk_back_from_the_newest() {
     assert_eq!(reg.audit_trees_by_prefix("t00").unwrap().len(), 2);
     assert_eq!(reg.audit_trees_by_prefix("t001").unwrap(), ["t001"]);
 }
+
+/// The neutral recorder (Windows' and macOS's guardians): the record file `ps`
+/// reads while the guardian lives, with the root, a note and the exit status.
+#[test]
+fn the_neutral_recorder_writes_the_record_file_ps_reads() {
+    let tmp = TempDir::new("recorder");
+    let id = crate::identity::TreeId::generate("b00710", [7; 12]);
+    let start = |pid| recorder::Start {
+        state_dir: Some(&tmp.0),
+        uid: uid(),
+        boot_id: "b00710",
+        label: Some("lbl".into()),
+        tier: RecordedTier::Portable,
+        guardian: GuardianRecord {
+            pid,
+            starttime: 5,
+            pgid: pid,
+            pidfs_inode: None,
+            supervisor: false,
+        },
+        owner: OwnerRecord {
+            kind: OwnerKind::Parent,
+            pid: Some(1),
+            starttime: Some(1),
+        },
+    };
+    let mut rec = recorder::Recorder::open(&id, start(std::process::id() as i32)).unwrap();
+    assert!(rec.is_recording());
+    rec.root_record(RootRecord {
+        pid: 42,
+        starttime: 6,
+        pgid: 42,
+        sid: 0,
+        uid: uid(),
+    });
+    rec.note("hello");
+    let dir = StateDir::prepare(&tmp.0, uid()).unwrap();
+    let path = record_file::path_of(&dir, id.as_str());
+    let live = record_file::read(&path).unwrap();
+    assert_eq!(live.tree.root.as_ref().map(|r| r.pid), Some(42));
+    assert_eq!(live.tree.tier, RecordedTier::Portable);
+    assert!(!live.finished);
+    rec.finish(Some(3));
+    let done = record_file::read(&path).unwrap();
+    assert!(done.finished);
+    assert_eq!(done.tree.exit_status, Some(3));
+    assert!(done
+        .audit
+        .iter()
+        .any(|(_, e)| e.message.as_deref() == Some("hello")));
+}

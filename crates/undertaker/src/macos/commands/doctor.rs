@@ -2,26 +2,14 @@
 //! here, and which signal binding is in use (the token, or the re-check with its
 //! residual: `proof/signal.rs`).
 
-use crate::history::Context;
+use crate::macos::commands::reconcile;
 use crate::macos::contain::portable::MacOs;
 use crate::macos::kernel::{parse, sys};
 use crate::macos::proof::signal::{self, Binding};
 use crate::portable::{Member, Waker, Why};
-use crate::registry::RegistryError;
 use crate::report::{CgroupPlacement, Check, DoctorReport, StateDirCheck, TierCheck};
 use crate::Tier;
 use std::path::Path;
-
-/// The neutral state directory, keyed by our uid and this boot's session uuid.
-pub fn open(state_dir: Option<&Path>) -> Result<Context, RegistryError> {
-    let boot = sys::sysctl_string(c"kern.bootsessionuuid").unwrap_or_default();
-    Context::open(
-        state_dir,
-        rustix::process::getuid().as_raw(),
-        &boot,
-        usize::MAX,
-    )
-}
 
 fn check(name: &'static str, result: Result<String, String>) -> Check {
     let ok = result.is_ok();
@@ -101,16 +89,15 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         checks,
         tiers: vec![
             TierCheck {
-                tier: Tier::Auto,
-                available: false,
-                detail: "run is not wired to the portable core on macOS yet (docs/PORTING.md)"
-                    .into(),
+                tier: Tier::Portable,
+                available: true,
+                detail: "the portable core over libproc and kqueue (lineage, marker, member record, freeze round); no sentinel yet: a killed guardian's tree waits for `sweep` (docs/TIERS.md)".into(),
             },
             linux_only(Tier::Cgroup),
             linux_only(Tier::Pidns),
             linux_only(Tier::Subreaper),
         ],
-        auto: Tier::Auto,
+        auto: Tier::Portable,
         cgroup_placement: CgroupPlacement {
             path: None,
             kind: None,
@@ -118,7 +105,7 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         },
         state_dir: StateDirCheck::of(
             state_dir,
-            open(state_dir).and_then(|ctx| ctx.registry.trees(false)),
+            reconcile::open(state_dir).and_then(|ctx| ctx.registry.trees(false)),
         ),
     }
 }

@@ -1,2 +1,5 @@
-//! The commands layer: what works on macOS today (`doctor`).
+//! The commands layer: `run` (`guardian.rs`), `ps`, `sweep` and `kill`
+//! (`reconcile.rs`), `doctor`.
 pub mod doctor;
+pub mod guardian;
+pub mod reconcile;

@@ -5,13 +5,14 @@
 //! kqueue (`EVFILT_PROC`: exit, fork, exec). Type-checked here, not yet run on a Mac.
 
 use crate::identity::TREE_MARKER;
+use crate::macos::kernel::sys::KernelEvent;
 use crate::macos::kernel::{parse, sys};
 use crate::macos::proof::signal;
 use crate::portable::{Delivery, Facts, Member, ProcessTable, Signal, Wake, Waker};
 use rustix::event::kqueue::ProcessEvents;
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// libproc and one kqueue as a [`ProcessTable`] and [`Waker`].
@@ -19,6 +20,10 @@ pub struct MacOs {
     kq: OwnedFd,
     watched: HashSet<i32>,
     epoch: Instant,
+    /// Watched signals sent to us, not yet taken.
+    signalled: Vec<i32>,
+    /// A watched descriptor was readable (or at end of file) since the last take.
+    readable: bool,
 }
 
 impl MacOs {
@@ -27,7 +32,34 @@ impl MacOs {
             kq: sys::kqueue()?,
             watched: HashSet::new(),
             epoch: Instant::now(),
+            signalled: Vec::new(),
+            readable: false,
         })
+    }
+
+    /// Blocks `signals` and wakes [`Waker::wait`] when one is sent to us instead:
+    /// the guardian's SIGTERM, SIGINT and SIGHUP become a teardown, never its death.
+    pub fn watch_signals(&mut self, signals: &[i32]) -> io::Result<()> {
+        sys::block_signals(signals)?;
+        signals
+            .iter()
+            .try_for_each(|&s| sys::watch_signal(&self.kq, s))
+    }
+
+    /// Wakes [`Waker::wait`] when `fd` is readable or at end of file (the owner's
+    /// pipe); the caller keeps it open.
+    pub fn watch_readable(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        sys::watch_readable(&self.kq, fd)
+    }
+
+    /// The watched signals sent to us since the last take.
+    pub fn take_signals(&mut self) -> Vec<i32> {
+        std::mem::take(&mut self.signalled)
+    }
+
+    /// Whether a watched descriptor woke a wait since the last take.
+    pub fn take_readable(&mut self) -> bool {
+        std::mem::take(&mut self.readable)
     }
 }
 
@@ -82,9 +114,20 @@ impl Waker for MacOs {
 
     fn wait(&mut self, until: Duration) -> Vec<Wake> {
         let timeout = until.saturating_sub(self.epoch.elapsed());
-        let events = sys::wait_processes(&self.kq, timeout).unwrap_or_default();
+        let events = sys::wait_events(&self.kq, timeout).unwrap_or_default();
         let mut wakes = Vec::new();
-        for (pid, what) in events {
+        for event in events {
+            let (pid, what) = match event {
+                KernelEvent::Process(pid, what) => (pid, what),
+                KernelEvent::Signal(signal) => {
+                    self.signalled.push(signal);
+                    continue;
+                }
+                KernelEvent::Readable(_) => {
+                    self.readable = true;
+                    continue;
+                }
+            };
             if what.contains(ProcessEvents::FORK) {
                 wakes.push(Wake::Forked(pid));
             }

@@ -8,7 +8,7 @@ use super::parse::{self, BsdInfo};
 use rustix::event::kqueue::{self, Event, EventFilter, EventFlags, ProcessEvents};
 use std::ffi::{c_int, c_void, CStr};
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -209,10 +209,22 @@ pub fn watch_process(kq: &OwnedFd, pid: i32, add: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits up to `timeout` for process events: (pid, what happened).
-pub fn wait_processes(kq: &OwnedFd, timeout: Duration) -> io::Result<Vec<(i32, ProcessEvents)>> {
+/// What one kqueue wait reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelEvent {
+    /// A watched process exited, forked or exec'd.
+    Process(i32, ProcessEvents),
+    /// A watched signal was sent to us (it stays blocked: see [`block_signals`]).
+    Signal(c_int),
+    /// A watched descriptor is readable or at end of file.
+    Readable(RawFd),
+}
+
+/// Waits up to `timeout` for what the kqueue watches.
+pub fn wait_events(kq: &OwnedFd, timeout: Duration) -> io::Result<Vec<KernelEvent>> {
     let mut events: Vec<Event> = Vec::with_capacity(64);
-    // SAFETY: as in watch_process: only process filters are registered.
+    // SAFETY: the kqueue's filters name processes, signals, and descriptors their
+    // registrants keep open for as long as they watch them (see watch_readable).
     match unsafe {
         kqueue::kevent(
             kq,
@@ -228,8 +240,70 @@ pub fn wait_processes(kq: &OwnedFd, timeout: Duration) -> io::Result<Vec<(i32, P
     Ok(events
         .iter()
         .filter_map(|e| match e.filter() {
-            EventFilter::Proc { pid, flags } => Some((pid.as_raw_nonzero().get(), flags)),
+            EventFilter::Proc { pid, flags } => {
+                Some(KernelEvent::Process(pid.as_raw_nonzero().get(), flags))
+            }
+            EventFilter::Signal { signal, .. } => Some(KernelEvent::Signal(signal.as_raw())),
+            EventFilter::Read(fd) => Some(KernelEvent::Readable(fd)),
             _ => None,
         })
         .collect())
+}
+
+/// Adds one filter to the kqueue (errors come back as errno: no room for events).
+fn register(kq: &OwnedFd, filter: EventFilter) -> io::Result<()> {
+    let change = Event::new(filter, EventFlags::ADD, std::ptr::null_mut());
+    let mut none: Vec<Event> = Vec::new();
+    // SAFETY: as in wait_events.
+    unsafe { kqueue::kevent(kq, &[change], &mut none, Some(Duration::ZERO)) }?;
+    Ok(())
+}
+
+/// Blocks `signals` for this process (its only thread: the guardian starts none),
+/// so that their default action never runs and a kqueue signal filter reports them
+/// instead. CMD does not inherit the mask: std's spawn empties it in the child.
+pub fn block_signals(signals: &[c_int]) -> io::Result<()> {
+    // SAFETY: `set` is initialized by sigemptyset before any other use; the old
+    // mask is not asked for (null).
+    let r = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    match r {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Watches `signal` being sent to us (xnu posts it to the kqueue whether or not it
+/// is blocked; docs/PORTING.md, "macOS").
+pub fn watch_signal(kq: &OwnedFd, signal: c_int) -> io::Result<()> {
+    let signal =
+        rustix::process::Signal::from_named_raw(signal).ok_or(io::ErrorKind::InvalidInput)?;
+    register(kq, EventFilter::Signal { signal, times: 0 })
+}
+
+/// Watches `fd` becoming readable or reaching end of file. The caller keeps `fd`
+/// open while the kqueue lives (closing it removes the filter anyway).
+pub fn watch_readable(kq: &OwnedFd, fd: BorrowedFd<'_>) -> io::Result<()> {
+    register(kq, EventFilter::Read(fd.as_raw_fd()))
+}
+
+/// Takes ownership of descriptor `n`, inherited from our parent (`--owner-fd`).
+/// Fails if `n` is not an open descriptor or is one of stdin, stdout, stderr.
+pub fn take_inherited_fd(n: c_int) -> io::Result<OwnedFd> {
+    if n <= 2 {
+        return Err(io::Error::other(
+            "stdin, stdout and stderr are not owner pipes",
+        ));
+    }
+    // SAFETY: `n` is only borrowed for the check; F_GETFD fails on a closed number.
+    rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(n) })?;
+    // SAFETY: `n` is open (just checked) and nothing else in this process owns it:
+    // it was inherited, and `--owner-fd` names it once.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }

@@ -11,8 +11,6 @@
 
 use crate::escalation::KILL_CAP;
 use crate::history;
-use crate::registry::lock::FileLock;
-use crate::registry::record_file;
 use crate::registry::{now_ms, AuditEntry, OwnerRecord, RegistryError, StoredState, TreeRecord};
 use crate::report::{PsRow, SweepAction, SweepReport, TreeState, TreeSweep};
 use crate::selector::TreeSelector;
@@ -34,17 +32,6 @@ pub fn open(state_dir: Option<&Path>) -> Result<Context, RegistryError> {
     Context::open(state_dir, 0, BOOT_ID, usize::MAX)
 }
 
-/// Whether tree `id`'s guardian holds its record file's lock.
-fn guardian_alive(ctx: &Context, id: &str) -> bool {
-    match FileLock::try_acquire(&record_file::path_of(&ctx.dir, id)) {
-        Ok(None) => true,
-        Ok(Some(_)) => false,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        // Cannot tell: assume alive, never close a record on a guess.
-        Err(_) => true,
-    }
-}
-
 /// Whether the recorded process still runs: same pid and same creation time.
 fn process_alive(pid: Option<i32>, started: Option<u64>) -> Option<bool> {
     let (pid, started) = (u32::try_from(pid?).ok()?, started?);
@@ -63,7 +50,7 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
     let now = now_ms();
     let mut out = Vec::new();
     for r in ctx.trees()? {
-        let guardian_alive = r.state != StoredState::Finished && guardian_alive(ctx, &r.id);
+        let guardian_alive = r.state != StoredState::Finished && ctx.guardian_alive(&r.id);
         // The job exists while its guardian holds it: its running members.
         let live = if guardian_alive {
             job::live_members_of(&r.id).unwrap_or(0) as usize
@@ -83,7 +70,7 @@ pub fn ps(ctx: &Context, all: bool) -> Result<Vec<PsRow>, RegistryError> {
 pub fn sweep(ctx: &Context, dry_run: bool) -> Result<SweepReport, RegistryError> {
     let mut trees = Vec::new();
     for r in ctx.trees()? {
-        if r.state == StoredState::Finished || guardian_alive(ctx, &r.id) {
+        if r.state == StoredState::Finished || ctx.guardian_alive(&r.id) {
             continue;
         }
         trees.push(close_dead(ctx, &r, dry_run, "sweep")?);
@@ -155,7 +142,7 @@ pub fn kill(ctx: &Context, selector: &str, grace: Duration) -> Result<TreeSweep,
             0,
         ));
     }
-    if !guardian_alive(ctx, &id) {
+    if !ctx.guardian_alive(&id) {
         return Ok(close_dead(ctx, &r, false, "kill")?);
     }
     let audit = |event: &str, message: String| {
@@ -209,7 +196,7 @@ pub fn kill(ctx: &Context, selector: &str, grace: Duration) -> Result<TreeSweep,
             if matches!(
                 sys::wait_any(&[guardian.as_handle()], Some(step)),
                 Ok(Some(0))
-            ) || !guardian_alive(ctx, &id)
+            ) || !ctx.guardian_alive(&id)
             {
                 return true;
             }
