@@ -14,7 +14,7 @@ use crate::identity::TreeId;
 use crate::linux::commands::control::Listener;
 use crate::linux::commands::host::{self, Begun, HostProcess};
 use crate::linux::commands::refusal_log::RefusalLog;
-use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree};
+use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree, TRACK_EVERY};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::owner::Owner;
 use crate::linux::kernel::poll::readable_now;
@@ -41,11 +41,6 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         return Err(RunError::Usage(
             "supervise does not offer the pidns tier (one namespace init per tree is what `run` is for)"
                 .into(),
-        ));
-    }
-    if opts.tier == Tier::Portable {
-        return Err(RunError::Usage(
-            "supervise does not offer the portable tier yet (docs/TIERS.md, \"portable\")".into(),
         ));
     }
     // Our own session: a host that signals its own process group must not take us
@@ -180,6 +175,10 @@ pub(crate) struct Supervisor<'a> {
 impl Supervisor<'_> {
     /// Serves requests until end of input, the owner's death, or a teardown signal.
     fn serve(&mut self, owner: &mut Owner) {
+        // The portable tier: each tree looks for new members every TRACK_EVERY while
+        // it lives (docs/TIERS.md, "portable"); the other tiers never need the wake.
+        let tracking = self.containment.tier() == Tier::Portable;
+        let mut track_at = tracking.then(|| std::time::Instant::now() + TRACK_EVERY);
         loop {
             if self.terminate || owner.gone() {
                 return;
@@ -201,10 +200,14 @@ impl Supervisor<'_> {
             );
             let search = (self.search.is_pending())
                 .then(|| std::time::Instant::now() + succession::SEARCH_POLL);
-            let until = [search, self.control.as_ref().and_then(Listener::deadline)]
-                .into_iter()
-                .flatten()
-                .min();
+            let until = [
+                search,
+                self.control.as_ref().and_then(Listener::deadline),
+                track_at,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let got = self.host.next_event(&fds, until);
             drop(fds);
             // The signals `run` would forward to its one CMD (SIGINT, SIGHUP, ...)
@@ -215,6 +218,12 @@ impl Supervisor<'_> {
                 _ => return,
             }
             self.host.reap(&mut |_, _| {});
+            if track_at.is_some_and(|at| std::time::Instant::now() >= at) {
+                for tree in &mut self.trees {
+                    tree.track();
+                }
+                track_at = Some(std::time::Instant::now() + TRACK_EVERY);
+            }
             self.take_over_if_answered();
             self.roots_exited();
             if self.control.is_some() {
@@ -479,9 +488,10 @@ impl Supervisor<'_> {
         HelloReply {
             protocol: PROTOCOL_VERSION,
             version: env!("CARGO_PKG_VERSION").into(),
-            // `run` refuses the pidns tier for a supervisor: it is one of these two.
+            // `run` refuses the pidns tier for a supervisor: it is one of these three.
             tier: match self.containment.tier() {
                 Tier::Cgroup => HeldTier::Cgroup,
+                Tier::Portable => HeldTier::Portable,
                 _ => HeldTier::Subreaper,
             },
             pid: self.signaller.me().pid,
@@ -543,6 +553,7 @@ impl Supervisor<'_> {
             self.host.forget_root(root.pid());
             self.released_any = true;
         }
+        tree.forget_members();
         tree.release();
     }
 
@@ -592,6 +603,12 @@ impl Supervisor<'_> {
                 &self.signaller,
                 &mut self.host,
             );
+        }
+        // The portable tier: what only the core's lineage knows (a member that left
+        // our descendants and scrubbed its marker) goes through each tree's own
+        // teardown; a tree with nothing left there returns at once.
+        for tree in trees.iter_mut().filter(|t| t.tier() == Tier::Portable) {
+            stuck += tree.tear_down(Cause::Terminated, &self.signaller, &mut self.host);
         }
         for mut tree in trees {
             let live = match stuck {

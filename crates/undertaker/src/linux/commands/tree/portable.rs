@@ -118,6 +118,28 @@ impl Tracking {
         tracking
     }
 
+    /// A tree of processes the host handed over (`supervise`'s `register`/`adopt`,
+    /// or a dead supervisor's tree carried on, whose member record is already at
+    /// `record`), each given as (pid, serial) by the caller that proved it: a process
+    /// at that pid is seeded only while it still has that serial, so a number reused
+    /// since the proof names nothing.
+    pub(crate) fn taken(
+        signaller: &Signaller,
+        id: &TreeId,
+        anchors: &[(i32, u64)],
+        record: Option<PathBuf>,
+    ) -> Self {
+        let mut tracking = Self::orphaned(signaller, id, record, None);
+        let mut seeded = Vec::new();
+        for &(pid, serial) in anchors {
+            let facts = tracking.os.facts(pid).filter(|f| f.serial == serial);
+            seeded.extend(facts.and_then(|f| tracking.lineage.seed(&f)));
+        }
+        tracking.append(&seeded);
+        tracking.track();
+        tracking
+    }
+
     /// A dead guardian's tree, from its member record (and the marker, counted
     /// from `not_before`, else from our own start).
     pub(crate) fn orphaned(
@@ -185,6 +207,16 @@ impl Tracking {
     pub(crate) fn forget(&self) {
         if let Some(path) = &self.record {
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl super::Tree {
+    /// The portable tier: the tree's member record goes without a teardown (a
+    /// released tree is the host's again: no sweep may seed from it).
+    pub(crate) fn forget_members(&self) {
+        if let Some(tracking) = &self.live.portable {
+            tracking.forget();
         }
     }
 }
