@@ -8,6 +8,7 @@ mod fold;
 pub mod lock;
 mod open;
 pub mod record_file;
+pub(crate) mod refusal_log;
 mod rows;
 pub mod state_dir;
 

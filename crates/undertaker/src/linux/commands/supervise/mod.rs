@@ -13,7 +13,6 @@ mod take;
 use crate::identity::TreeId;
 use crate::linux::commands::control::Listener;
 use crate::linux::commands::host::{self, Begun, HostProcess};
-use crate::linux::commands::refusal_log::RefusalLog;
 use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree, TRACK_EVERY};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::owner::Owner;
@@ -27,6 +26,7 @@ use crate::protocol::wire::{
     RegisterReply, ReleaseReply, SpawnReply, TreeKind, UnregisterReply,
 };
 use crate::protocol::{parse_line, Envelope, ErrorCode, ProtocolError, Request, PROTOCOL_VERSION};
+use crate::registry::refusal_log::RefusalLog;
 use crate::registry::OwnerRecord;
 use crate::{GuardOptions, OwnerSpec, RunError, SuperviseOptions, Tier};
 use channel::{emit, Channel, Incoming};
@@ -68,6 +68,8 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         return Err(RunError::OwnerGone(owner.describe()));
     }
     let (control, control_unreachable) = listen_for_control(opts, &signaller);
+    let me = signaller.me();
+    let refusals = RefusalLog::new(opts.state_dir.clone(), me.uid, me.boot_id.clone());
     let mut sup = Supervisor {
         opts,
         signaller,
@@ -79,7 +81,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         trees: Vec::new(),
         released_any: false,
         terminate: false,
-        refusals: RefusalLog::new(opts.state_dir.clone()),
+        refusals,
         predecessors_checked: false,
         search: Default::default(),
         control,
@@ -395,14 +397,7 @@ impl Supervisor<'_> {
                 emit(&reply::error(&e.answering(op, id, pgid)));
                 // After the reply: the host is not kept waiting for the database.
                 if let Some((reason, message)) = refusal {
-                    let signaller = &self.signaller;
-                    self.refusals.refused(
-                        signaller,
-                        op.as_str(),
-                        target,
-                        reason.as_str(),
-                        &message,
-                    );
+                    (self.refusals).refused(op.as_str(), target, reason.as_str(), &message);
                 }
             }
         }
