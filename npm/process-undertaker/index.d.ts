@@ -24,7 +24,7 @@ export interface RunOptions {
   label?: string;
   /** Grace between SIGTERM and SIGKILL, e.g. "2s", "300ms". */
   grace?: string;
-  tier?: 'auto' | 'cgroup' | 'pidns' | 'subreaper';
+  tier?: 'auto' | 'cgroup' | 'pidns' | 'subreaper' | 'portable';
   /** Registry directory (default $UNDERTAKER_STATE_DIR, else the XDG state dir). */
   stateDir?: string;
   /** Owner pid (default: whoever starts undertaker). */
@@ -63,7 +63,7 @@ export declare function guardSelf(options?: GuardSelfOptions): Promise<void>;
 export interface SupervisorOptions {
   label?: string;
   grace?: string;
-  tier?: 'auto' | 'cgroup' | 'pidns' | 'subreaper';
+  tier?: 'auto' | 'cgroup' | 'pidns' | 'subreaper' | 'portable';
   stateDir?: string;
   /** The undertaker binary (default findBin()). */
   bin?: string;

@@ -4,7 +4,7 @@
 /** The `code` of an error reply. */
 export type ErrorCode = 'line_too_long' | 'bad_json' | 'not_object' | 'unknown_op' | 'bad_request' | 'bad_pid' | 'bad_fds' | 'refused' | 'not_registered' | 'unknown_tree' | 'not_found' | 'not_executable' | 'spawn_failed';
 
-export type HeldTier = 'cgroup' | 'subreaper' | 'job';
+export type HeldTier = 'cgroup' | 'subreaper' | 'portable' | 'job';
 
 /** The verbs of the protocol. */
 export type Op = 'register' | 'unregister' | 'hello' | 'spawn' | 'adopt' | 'kill' | 'release' | 'list';

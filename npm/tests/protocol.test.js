@@ -132,7 +132,7 @@ test('replies are typed per verb for a strict TypeScript consumer', () => {
 async function main(): Promise<void> {
   const sup = new Supervisor();
   const hello: HelloReply = await sup.start();
-  const tier: 'cgroup' | 'subreaper' | 'job' = hello.tier;
+  const tier: 'cgroup' | 'subreaper' | 'portable' | 'job' = hello.tier;
   const trees: ListedTree[] = await sup.list();
   const pgid: number | null = trees[0].pgid;
   const reg: RegisterReply = await sup.register(5);

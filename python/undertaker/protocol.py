@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal, Optional, TypedDict, Union
 #: The `code` of an error reply.
 ErrorCode = Literal["line_too_long", "bad_json", "not_object", "unknown_op", "bad_request", "bad_pid", "bad_fds", "refused", "not_registered", "unknown_tree", "not_found", "not_executable", "spawn_failed"]
 
-HeldTier = Literal["cgroup", "subreaper", "job"]
+HeldTier = Literal["cgroup", "subreaper", "portable", "job"]
 
 #: The verbs of the protocol.
 Op = Literal["register", "unregister", "hello", "spawn", "adopt", "kill", "release", "list"]

@@ -109,3 +109,11 @@ fn exited_comes_at_once_and_ended_after_the_teardown_in_the_subreaper_tier() {
     }
     exited_comes_at_once_and_ended_after_the_teardown("subreaper");
 }
+
+#[test]
+fn exited_comes_at_once_and_ended_after_the_teardown_in_the_portable_tier() {
+    if !isolate("exited_comes_at_once_and_ended_after_the_teardown_in_the_portable_tier") {
+        return;
+    }
+    exited_comes_at_once_and_ended_after_the_teardown("portable");
+}

@@ -411,20 +411,6 @@ fn full_disk_leaves_no_temporary_lock_file() {
 // ---------------------------------------------------------------------------------
 // Shared by the signal and start-up tests.
 
-/// `Ok` when `tier` can guard a tree here (asked of the binary: the pidns probe forks).
-fn tier_available(tier: &str) -> bool {
-    let ok = undertaker()
-        .args(["run", "--tier", tier, "--", "true"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        skip(&format!("{tier} tier unavailable"));
-    }
-    ok
-}
-
 /// CMD for the signal tests: notes the first signal it gets to $1 and exits 3; a
 /// `setsid` member keeps the tree non-trivial. "ready" once the handlers are in place.
 const NOTE_SIGNAL: &str = r#"
@@ -551,8 +537,7 @@ fn every_catchable_signal_is_forwarded_or_tears_down_subreaper() {
 
 #[test]
 fn every_catchable_signal_is_forwarded_or_tears_down_pidns() {
-    if !isolate("every_catchable_signal_is_forwarded_or_tears_down_pidns")
-        || !tier_available("pidns")
+    if !isolate("every_catchable_signal_is_forwarded_or_tears_down_pidns") || !require_tier("pidns")
     {
         return;
     }
@@ -568,7 +553,7 @@ fn inherited_ignored_sigchld_keeps_exit_codes_in_every_tier() {
         return;
     }
     for tier in ["subreaper", "cgroup", "pidns"] {
-        if tier != "subreaper" && !tier_available(tier) {
+        if tier != "subreaper" && !require_tier(tier) {
             continue;
         }
         let out = output_within(
@@ -743,7 +728,7 @@ fn stuck_member_is_reported_not_awaited(tier: &str, state: &Path) {
 #[test]
 fn pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited() {
     if !isolate("pidns_stuck_member_is_reported_after_grace_and_cap_not_awaited")
-        || !tier_available("pidns")
+        || !require_tier("pidns")
     {
         return;
     }
@@ -760,7 +745,7 @@ fn stuck_member_is_reported_after_grace_and_cap_in_the_cgroup_and_subreaper_tier
     let scratch = Scratch::new("stuck");
     let state = scratch.path().join("state");
     stuck_member_is_reported_not_awaited("subreaper", &state);
-    if tier_available("cgroup") {
+    if require_tier("cgroup") {
         stuck_member_is_reported_not_awaited("cgroup", &state);
         // The tree cgroup stayed while the member was stuck: the sweep removes it.
         let out = ut(&state, &["sweep"]);
@@ -1074,7 +1059,7 @@ fn stranger_joining_cmd_group_is_never_signalled() {
         return;
     }
     stranger_in_cmd_group("subreaper");
-    if tier_available("cgroup") {
+    if require_tier("cgroup") {
         stranger_in_cmd_group("cgroup");
     }
     assert_nothing_left();
@@ -1131,7 +1116,7 @@ fn sweep_without_registry(state: &Path, break_registry: impl FnOnce()) {
 
 #[test]
 fn sweep_without_a_registry_still_sweeps_tree_cgroups() {
-    if !isolate("sweep_without_a_registry_still_sweeps_tree_cgroups") || !tier_available("cgroup") {
+    if !isolate("sweep_without_a_registry_still_sweeps_tree_cgroups") || !require_tier("cgroup") {
         return;
     }
     let scratch = Scratch::new("noreg");
@@ -1172,7 +1157,7 @@ sleep 1000 while 1;
 #[test]
 fn member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed() {
     if !isolate("member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed")
-        || !tier_available("cgroup")
+        || !require_tier("cgroup")
     {
         return;
     }
@@ -1222,7 +1207,7 @@ fn member_in_a_child_cgroup_gets_sigterm_and_the_cgroup_is_removed() {
 #[test]
 fn scrubbed_members_of_an_orphaned_cgroup_tree_are_counted_and_listed_once() {
     if !isolate("scrubbed_members_of_an_orphaned_cgroup_tree_are_counted_and_listed_once")
-        || !tier_available("cgroup")
+        || !require_tier("cgroup")
     {
         return;
     }

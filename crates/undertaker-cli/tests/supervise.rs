@@ -117,6 +117,37 @@ fn register_then_host_kill9_in_the_subreaper_tier_leaves_only_the_double_forked_
     assert_nothing_left();
 }
 
+/// The portable tier (docs/SUPERVISE.md, "portable"): no cgroup holds the groups and
+/// no subreaper hands us their orphans; the core tracks the registered processes and
+/// what they fork. The double-forked `setsid` grandchild is orphaned within
+/// microseconds of its birth and carries no marker (the host started its group), so
+/// a look catches it only if one falls in that window: it may survive, as in the
+/// subreaper tier; nothing else may.
+#[test]
+fn register_then_host_kill9_in_the_portable_tier_leaves_at_most_the_double_forked_grandchild() {
+    if !require_python()
+        || !isolate(
+            "register_then_host_kill9_in_the_portable_tier_leaves_at_most_the_double_forked_grandchild",
+        )
+    {
+        return;
+    }
+    let (grandchild, _scratch) = register_then_kill_host("portable");
+    let settled = wait_until(Duration::from_secs(60), || {
+        reap_zombies();
+        live_processes_except_self()
+            .iter()
+            .all(|&p| p == grandchild)
+    });
+    let left = survivors_after(Duration::ZERO);
+    assert!(settled, "survivors: {left:?}");
+    if alive(grandchild) {
+        let pid = rustix::process::Pid::from_raw(grandchild).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    }
+    assert_nothing_left();
+}
+
 /// A decoy logging every signal it gets, as its own group leader.
 const DECOY: &str = r#"
 my $out = shift;
@@ -203,15 +234,16 @@ fn a_dead_registered_group_whose_number_was_reused_is_never_signalled() {
 /// 100 spawned trees in one supervisor, then the host's kill -9.
 const HUNDRED_HOST: &str = r#"
 import json, os, subprocess, sys, time
-ut, state, scratch = sys.argv[1:4]
-sup = subprocess.Popen([ut, "--state-dir", state, "supervise", "--grace", "500ms"],
+ut, state, scratch, tier, n, script = sys.argv[1:7]
+n = int(n)
+sup = subprocess.Popen([ut, "--state-dir", state, "supervise", "--grace", "500ms", "--tier", tier],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-for i in range(100):
-    req = {"op": "spawn", "id": i, "argv": ["sh", "-c", "sleep 1000 & exec sleep 1000"]}
+for i in range(n):
+    req = {"op": "spawn", "id": i, "argv": ["sh", "-c", script]}
     sup.stdin.write((json.dumps(req) + "\n").encode())
 sup.stdin.flush()
 ok = 0
-for i in range(100):
+for i in range(n):
     reply = json.loads(sup.stdout.readline())
     ok += bool(reply.get("ok"))
 with open(scratch + "/spawned.tmp", "w") as f:
@@ -220,11 +252,9 @@ os.rename(scratch + "/spawned.tmp", scratch + "/spawned")
 time.sleep(1000)
 "#;
 
-#[test]
-fn a_hundred_spawned_trees_die_with_their_host() {
-    if !require_python() || !isolate("a_hundred_spawned_trees_die_with_their_host") {
-        return;
-    }
+/// `n` trees spawned with `script` under `tier` by a host that is then `kill -9`ed;
+/// `per_tree` processes each. Nothing may be left.
+fn spawned_trees_die_with_their_host(tier: &str, n: usize, script: &str, per_tree: usize) {
     let scratch = Scratch::new("sv-hundred");
     let state = scratch.path().join("state");
     let host_py = scratch.file("host.py", HUNDRED_HOST);
@@ -233,16 +263,20 @@ fn a_hundred_spawned_trees_die_with_their_host() {
         .arg(UNDERTAKER)
         .arg(&state)
         .arg(scratch.path())
+        .arg(tier)
+        .arg(n.to_string())
+        .arg(script)
         .env_remove("UNDERTAKER_TREE")
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
     let spawned = scratch.path().join("spawned");
     assert!(wait_for_file(&spawned, Duration::from_secs(120)));
-    assert_eq!(std::fs::read_to_string(&spawned).unwrap(), "100");
-    // host + supervisor + 100 × (sh's sleep + exec'd sleep)
+    assert_eq!(std::fs::read_to_string(&spawned).unwrap(), n.to_string());
+    // host + supervisor + n × the script's processes, once its transients are gone
     assert!(wait_until(Duration::from_secs(60), || {
-        live_processes_except_self().len() >= 202
+        reap_zombies();
+        live_processes_except_self().len() == 2 + n * per_tree
     }));
     kill9(&mut host);
     let left = survivors_after(Duration::from_secs(60));
@@ -250,13 +284,36 @@ fn a_hundred_spawned_trees_die_with_their_host() {
 }
 
 #[test]
-fn supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes() {
-    if !isolate("supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes") {
+fn a_hundred_spawned_trees_die_with_their_host() {
+    if !require_python() || !isolate("a_hundred_spawned_trees_die_with_their_host") {
         return;
     }
+    spawned_trees_die_with_their_host("auto", 100, "sleep 1000 & exec sleep 1000", 2);
+}
+
+/// The portable tier, owner `kill -9` with escapes: the root itself, which no
+/// PDEATHSIG ends here; a double-forked `setsid` daemon reparented away from every
+/// member (the marker); an `env -i` orphan whose parent lived 2 s, long enough for
+/// the supervisor's looks to see it, and then left it with neither a member parent
+/// nor the marker (only the tree's tracking knows it).
+#[test]
+fn spawned_trees_with_escapes_die_with_their_host_in_the_portable_tier() {
+    if !require_python()
+        || !isolate("spawned_trees_with_escapes_die_with_their_host_in_the_portable_tier")
+    {
+        return;
+    }
+    let script = "(env -i sleep 1000 & sleep 2) & (setsid sleep 1000 &); exec sleep 1000";
+    spawned_trees_die_with_their_host("portable", 10, script, 3);
+}
+
+/// The supervisor's own `kill -9` under `tier`: its trees are shown orphaned and one
+/// `sweep` leaves nothing (in the portable tier the roots live on, no PDEATHSIG,
+/// and the sweep seeds the core from each tree's member record).
+fn supervisor_kill9_then_sweep(tier: &str) {
     let scratch = Scratch::new("sv-kill9");
     let state = scratch.path().join("state");
-    let mut sup = Supervisor::start(&state, "auto");
+    let mut sup = Supervisor::start(&state, tier);
     for label in ["a", "b"] {
         let r = sup.request(&format!(
             r#"{{"op":"spawn","label":"{label}","argv":["sh","-c","sleep 1000 & sleep 1000 & wait"]}}"#
@@ -283,6 +340,22 @@ fn supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes() {
     );
     assert_eq!(json(&out)["left_alive"], 0);
     assert_nothing_left();
+}
+
+#[test]
+fn supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes() {
+    if !isolate("supervisor_kill9_leaves_orphaned_trees_that_one_sweep_finishes") {
+        return;
+    }
+    supervisor_kill9_then_sweep("auto");
+}
+
+#[test]
+fn supervisor_kill9_in_the_portable_tier_leaves_trees_that_one_sweep_finishes() {
+    if !isolate("supervisor_kill9_in_the_portable_tier_leaves_trees_that_one_sweep_finishes") {
+        return;
+    }
+    supervisor_kill9_then_sweep("portable");
 }
 
 #[test]
@@ -681,14 +754,11 @@ fn list_counts_a_cgroup_trees_members_through_its_cgroup() {
 /// `undertaker kill <tree>` of one tree a supervisor holds ends that tree only: the
 /// supervisor is asked (over its control socket), never signalled, and its other
 /// trees live on.
-#[test]
-fn killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees() {
-    if !isolate("killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees") {
-        return;
-    }
+/// `undertaker kill <tree>` of one tree of a supervisor under `tier`.
+fn kill_one_of_two(tier: &str) {
     let scratch = Scratch::new("sv-kill-one");
     let state = scratch.path().join("state");
-    let mut sup = Supervisor::start(&state, "auto");
+    let mut sup = Supervisor::start(&state, tier);
     let spawn = |sup: &mut Supervisor| {
         let r = sup.request(r#"{"op":"spawn","argv":["sh","-c","sleep 1000 & exec sleep 1000"]}"#);
         assert_eq!(r["ok"], true, "{r}");
@@ -722,6 +792,22 @@ fn killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees() {
     assert_eq!(trees, [kept.as_str()], "{r}");
     assert_eq!(sup.close(), 0);
     assert_nothing_left();
+}
+
+#[test]
+fn killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees() {
+    if !isolate("killing_one_supervised_tree_leaves_its_supervisor_and_the_other_trees") {
+        return;
+    }
+    kill_one_of_two("auto");
+}
+
+#[test]
+fn killing_one_portable_tree_leaves_its_supervisor_and_the_other_trees() {
+    if !isolate("killing_one_portable_tree_leaves_its_supervisor_and_the_other_trees") {
+        return;
+    }
+    kill_one_of_two("portable");
 }
 
 /// A released tree is the host's again: its record says released, `ps` never
@@ -793,5 +879,51 @@ fn a_released_tree_is_never_swept_killed_or_shown_orphaned() {
             rustix::process::Signal::KILL,
         );
     }
+    assert_nothing_left();
+}
+
+/// `adopt` in the portable tier: the adopted process forks, after the adoption, an
+/// `env -i` child whose parent then exits (no marker, no member parent, not a
+/// descendant of the supervisor). Only the tree's tracking knows it; the
+/// supervisor's end (its owner closing the channel) must leave nothing.
+#[test]
+fn an_adopted_processs_scrubbed_orphan_goes_with_the_portable_tree() {
+    if !isolate("an_adopted_processs_scrubbed_orphan_goes_with_the_portable_tree") {
+        return;
+    }
+    let scratch = Scratch::new("sv-adopt-portable");
+    let state = scratch.path().join("state");
+    let go = scratch.path().join("go");
+    let mut sup = Supervisor::start(&state, "portable");
+    let orphan = scratch.path().join("orphan");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; \
+         (env -i sh -c 'echo $$ > {orphan}.tmp; mv {orphan}.tmp {orphan}; exec sleep 1000' & sleep 2) & \
+         exec sleep 1000",
+        go = go.display(),
+        orphan = orphan.display()
+    );
+    let mut adopted = Command::new("sh")
+        .args(["-c", &script])
+        .env_remove("UNDERTAKER_TREE")
+        .spawn()
+        .unwrap();
+    let r = sup.request(&format!(r#"{{"op":"adopt","pid":{}}}"#, adopted.id()));
+    assert_eq!(r["ok"], true, "{r}");
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_for_file(&orphan, Duration::from_secs(60)));
+    let orphan: i32 = std::fs::read_to_string(&orphan)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // supervisor + the adopted sleep + the orphan, once its parent is gone
+    assert!(wait_until(Duration::from_secs(60), || {
+        reap_zombies();
+        live_processes_except_self().len() == 3
+    }));
+    assert!(alive(orphan));
+    assert_eq!(sup.close(), 0);
+    let _ = adopted.wait();
     assert_nothing_left();
 }

@@ -10,34 +10,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// `Ok` when `tier` can guard a tree here. Asked of the binary for pidns: the probe
-/// forks, which the multi-threaded test harness may not.
-fn tier_available(tier: &str) -> Result<(), String> {
-    if tier == "cgroup" {
-        return undertaker::testing::cgroup_tier_available();
-    }
-    let out = undertaker()
-        .args(["run", "--tier", tier, "--", "true"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-    }
-}
-
-/// Skips the test (false) unless `tier` is available here.
-fn require_tier(tier: &str) -> bool {
-    match tier_available(tier) {
-        Ok(()) => true,
-        Err(why) => {
-            skip(&format!("{tier} tier unavailable: {why}"));
-            false
-        }
-    }
-}
-
 /// A guarded zoo's own state dir (None when run as nobody, which records nothing) and
 /// its tree id, read from the record file there once the zoo is ready. The id, not the
 /// guardian's pid, names the tree's cgroup: pids repeat across the tests' namespaces, and
@@ -83,12 +55,35 @@ impl ZooState {
         ids.into_iter().next().unwrap()
     }
 
+    /// The member record of the one tree recorded here (the portable tier).
+    fn members_record(&self) -> PathBuf {
+        let tree = self.tree_id();
+        let dir = self.dir.as_ref().expect("a recorded zoo").path();
+        dir.join(format!("trees/{tree}.members"))
+    }
+
     /// `undertaker sweep` on this state dir.
     fn sweep(&self) -> std::process::Output {
         let mut cmd = undertaker();
         self.apply(&mut cmd);
         cmd.arg("sweep").output().unwrap()
     }
+}
+
+/// A sleeping owner, and `undertaker run --tier portable --grace 300ms` of
+/// `sh -c SCRIPT` recorded in `state`, owned by it, in a group of its own.
+fn run_portable(state: &ZooState, script: &str) -> (Child, Child) {
+    let owner = Command::new("sleep").arg("1000").spawn().unwrap();
+    let mut cmd = undertaker();
+    state.apply(&mut cmd);
+    let wrapper = cmd
+        .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
+        .arg(owner.id().to_string())
+        .args(["--", "sh", "-c", script])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    (owner, wrapper)
 }
 
 /// Tree cgroups on disk of tree `tree`.
@@ -524,28 +519,13 @@ fn portable_sweep_finds_a_recorded_scrubbed_orphan() {
         parent = parent.display(),
         release = release.display(),
     );
-    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
-    let mut cmd = undertaker();
-    state.apply(&mut cmd);
-    let mut wrapper = cmd
-        .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
-        .arg(owner.id().to_string())
-        .args(["--", "sh", "-c", &script])
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let (mut owner, mut wrapper) = run_portable(&state, &script);
     assert!(wait_for_file(&parent, Duration::from_secs(60)));
     let orphan_pid: i32 = {
         assert!(wait_until(Duration::from_secs(60), || !read_lines(&orphan).is_empty()));
         read_lines(&orphan)[0].parse().unwrap()
     };
-    let tree = state.tree_id();
-    let record = state
-        .dir
-        .as_ref()
-        .unwrap()
-        .path()
-        .join(format!("trees/{tree}.members"));
+    let record = state.members_record();
     let recorded = || {
         read_lines(&record)
             .iter()
@@ -589,25 +569,10 @@ fn portable_misses_a_scrubbed_orphan_whose_parent_died_before_a_scan() {
         "perl -e '%ENV = (); my $p = fork(); if ($p == 0) {{ exec(\"sleep\", \"1000\") }} open(my $f, \">\", \"{}\"); print $f \"$p\\n\"; close $f; POSIX::_exit(0)' -MPOSIX; sleep 1000",
         orphan.display()
     );
-    let mut owner = Command::new("sleep").arg("1000").spawn().unwrap();
-    let mut cmd = undertaker();
-    state.apply(&mut cmd);
-    let mut wrapper = cmd
-        .args(["run", "--tier", "portable", "--grace", "300ms", "--owner"])
-        .arg(owner.id().to_string())
-        .args(["--", "sh", "-c", &script])
-        .process_group(0)
-        .spawn()
-        .unwrap();
+    let (mut owner, mut wrapper) = run_portable(&state, &script);
     assert!(wait_until(Duration::from_secs(60), || !read_lines(&orphan).is_empty()));
     let orphan_pid: i32 = read_lines(&orphan)[0].parse().unwrap();
-    let tree = state.tree_id();
-    let record = state
-        .dir
-        .as_ref()
-        .unwrap()
-        .path()
-        .join(format!("trees/{tree}.members"));
+    let record = state.members_record();
     // Several tracking rounds pass: none can link it any more.
     std::thread::sleep(Duration::from_millis(500));
     let recorded = read_lines(&record)

@@ -183,11 +183,12 @@ impl Supervisor {
         self.child.lock().map(|c| c.id()).unwrap_or(0)
     }
 
-    /// The containment tier its trees get (`cgroup`, `subreaper`, or `job` on Windows).
+    /// The containment tier its trees get (`cgroup`, `subreaper`, `portable`, or `job` on Windows).
     pub fn tier(&self) -> &str {
         match self.hello.as_ref().map(|h| h.tier) {
             Some(HeldTier::Cgroup) => "cgroup",
             Some(HeldTier::Subreaper) => "subreaper",
+            Some(HeldTier::Portable) => "portable",
             Some(HeldTier::Job) => "job",
             None => "",
         }

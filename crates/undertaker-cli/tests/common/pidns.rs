@@ -59,15 +59,37 @@ pub fn isolate(test_name: &str) -> bool {
     false
 }
 
-/// Skips the test (false) unless the cgroup tier is available here.
-pub fn require_cgroup() -> bool {
-    match undertaker::testing::cgroup_tier_available() {
-        Ok(_) => true,
+/// `Ok` when `tier` can guard a tree here. Asked of the binary for pidns: the probe
+/// forks, which the multi-threaded test harness may not.
+pub fn tier_available(tier: &str) -> Result<(), String> {
+    if tier == "cgroup" {
+        return undertaker::testing::cgroup_tier_available();
+    }
+    let out = super::cli::undertaker()
+        .args(["run", "--tier", tier, "--", "true"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+/// Skips the test (false) unless `tier` is available here.
+pub fn require_tier(tier: &str) -> bool {
+    match tier_available(tier) {
+        Ok(()) => true,
         Err(why) => {
-            skip(&format!("cgroup tier unavailable: {why}"));
+            skip(&format!("{tier} tier unavailable: {why}"));
             false
         }
     }
+}
+
+/// Skips the test (false) unless the cgroup tier is available here.
+pub fn require_cgroup() -> bool {
+    require_tier("cgroup")
 }
 
 pub fn require_python() -> bool {

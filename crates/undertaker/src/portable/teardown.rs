@@ -7,7 +7,7 @@
 //! that is no longer the proven serial.
 
 use super::lineage::Lineage;
-use super::{Delivery, Member, ProcessTable, Serial, Signal, Waker};
+use super::{Delivery, Facts, Member, ProcessTable, Serial, Signal, Waker};
 use crate::escalation::{Escalation, MAX_RESCAN};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -56,53 +56,51 @@ pub fn tear_down<O: ProcessTable + Waker>(
 ) -> Report {
     let mut report = Report::default();
     let grace_ends = os.now() + escalation.grace;
-    let mut termed: HashSet<Serial> = HashSet::new();
+    if round(lineage, os, &mut report, Signal::Term, grace_ends).is_empty() {
+        return report;
+    }
+    freeze(lineage, os, &mut report);
+    let cap_ends = os.now() + escalation.kill_cap;
+    // Nothing new should appear in the kill round (every member is stopped), but a
+    // rescan costs little and a straggler gets the same treatment.
+    let left = round(lineage, os, &mut report, Signal::Kill, cap_ends);
+    report.stuck = left.into_iter().map(|(m, _)| m).collect();
+    report
+}
+
+/// One round until `ends`: rescan, send `signal` once to each live member not yet
+/// sent it (SIGTERM also SIGCONTs a stopped member, which could not act on it), wait
+/// a little, again. Returns the members still live at `ends`; none once the tree is
+/// gone.
+fn round<O: ProcessTable + Waker>(
+    lineage: &mut Lineage,
+    os: &mut O,
+    report: &mut Report,
+    signal: Signal,
+    ends: Duration,
+) -> Vec<(Member, Facts)> {
+    let mut sent: HashSet<Serial> = HashSet::new();
     loop {
         for m in lineage.scan(os) {
             os.watch(&m);
         }
         let live = lineage.live(os);
         if live.is_empty() {
-            return report;
+            return live;
         }
         for (m, facts) in &live {
-            if termed.insert(m.serial) {
-                report.send(os, m, Signal::Term);
-                if facts.stopped {
+            if sent.insert(m.serial) {
+                report.send(os, m, signal);
+                if signal == Signal::Term && facts.stopped {
                     report.send(os, m, Signal::Cont);
                 }
             }
         }
         let now = os.now();
-        if now >= grace_ends {
-            break;
+        if now >= ends {
+            return live;
         }
-        os.wait(grace_ends.min(now + MAX_RESCAN));
-    }
-    freeze(lineage, os, &mut report);
-    let cap_ends = os.now() + escalation.kill_cap;
-    let mut killed: HashSet<Serial> = HashSet::new();
-    loop {
-        // Nothing new should appear (every member is stopped), but a rescan costs
-        // little and a straggler gets the same treatment.
-        for m in lineage.scan(os) {
-            os.watch(&m);
-        }
-        let live = lineage.live(os);
-        if live.is_empty() {
-            return report;
-        }
-        for (m, _) in &live {
-            if killed.insert(m.serial) {
-                report.send(os, m, Signal::Kill);
-            }
-        }
-        let now = os.now();
-        if now >= cap_ends {
-            report.stuck = live.into_iter().map(|(m, _)| m).collect();
-            return report;
-        }
-        os.wait(cap_ends.min(now + MAX_RESCAN));
+        os.wait(ends.min(now + MAX_RESCAN));
     }
 }
 

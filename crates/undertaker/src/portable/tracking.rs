@@ -108,6 +108,19 @@ impl<T: ProcessTable + Waker> Tracking<T> {
         }
     }
 
+    /// Seeds the processes a caller proved, each given as (pid, serial): a process
+    /// at that pid is seeded only while it still has that serial, so a number reused
+    /// since the proof names nothing. Records them and looks once.
+    pub(crate) fn seed_proven(&mut self, anchors: &[(i32, u64)]) {
+        let mut seeded = Vec::new();
+        for &(pid, serial) in anchors {
+            let facts = self.os.facts(pid).filter(|f| f.serial == serial);
+            seeded.extend(facts.and_then(|f| self.lineage.seed(&f)));
+        }
+        self.append(&seeded);
+        self.track();
+    }
+
     /// The backend, for the guardian's own waits and watches.
     pub(crate) fn os(&mut self) -> &mut T {
         &mut self.os

@@ -66,6 +66,9 @@ pub struct HelloReply {
 pub enum HeldTier {
     Cgroup,
     Subreaper,
+    // No cgroup, no subreaper, no PDEATHSIG: the portable core tracks the members
+    // (docs/TIERS.md, "portable").
+    Portable,
     // Windows: one kill-on-close Job Object per tree (a plain comment: a doc comment
     // would make this variant its own schema branch).
     Job,

@@ -11,6 +11,7 @@ pub mod record_file;
 // The guardians without Linux's host (Windows, macOS); Linux's tree writes its own.
 #[cfg_attr(target_os = "linux", allow(dead_code))]
 pub mod recorder;
+pub(crate) mod refusal_log;
 mod rows;
 pub mod state_dir;
 

@@ -8,7 +8,6 @@ pub(crate) mod heal;
 pub(crate) mod host;
 pub mod reconcile;
 pub mod record;
-pub(crate) mod refusal_log;
 pub(crate) mod replace;
 pub(crate) mod sentinel;
 pub(crate) mod started_by;

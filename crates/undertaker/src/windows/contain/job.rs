@@ -4,6 +4,7 @@
 //! (docs/TIERS.md, "job").
 
 use crate::windows::kernel::sys;
+use crate::windows::proof::teardown::JobMembers;
 use std::ffi::OsString;
 use std::io;
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
@@ -134,6 +135,20 @@ impl Job {
 
     pub fn member_pids(&self) -> Vec<u32> {
         sys::job_member_pids(self.handle()).unwrap_or_default()
+    }
+}
+
+impl JobMembers for Job {
+    fn active(&self) -> Option<u32> {
+        Job::active(self)
+    }
+
+    fn member_pids(&self) -> Vec<u32> {
+        Job::member_pids(self)
+    }
+
+    fn terminate(&self, code: u32) -> io::Result<()> {
+        Job::terminate(self, code)
     }
 }
 

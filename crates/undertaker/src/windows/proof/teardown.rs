@@ -6,12 +6,25 @@
 //! parent's job) and only the kernel removes them, so terminating the job reaches the
 //! tree and nothing else. The console group is named by CMD's pid, which our handle
 //! to CMD pins (a pid is not reused while a handle to its process is open).
+//!
+//! The job reaches this layer as [`JobMembers`] (implemented by `contain::job::Job`):
+//! proof stacks on the kernel only, as on Linux (docs/PORTING.md).
 
 use crate::escalation::{Escalation, MAX_RESCAN};
 use crate::registry::{now_ms, AuditEntry};
-use crate::windows::contain::job::Job;
 use crate::windows::kernel::sys;
 use std::time::{Duration, Instant};
+
+/// What the escalation needs of a tree's job: the kernel's count of its running
+/// members, its member list, and the one kill that reaches them all.
+pub trait JobMembers {
+    /// How many members are still running (`None`: the job could not be asked).
+    fn active(&self) -> Option<u32>;
+    /// The members' pids, as the job lists them.
+    fn member_pids(&self) -> Vec<u32>;
+    /// `TerminateJobObject`: every member ends with `code`.
+    fn terminate(&self, code: u32) -> std::io::Result<()>;
+}
 
 /// The exit code `TerminateJobObject` gives every member it ends.
 pub const TERMINATED_EXIT_CODE: u32 = 1;
@@ -29,8 +42,8 @@ pub enum Outcome {
 
 /// Tears down `job`, whose CMD is `cmd_pid` (its handle held by the caller).
 /// `audit` receives each step as it happens.
-pub fn teardown(
-    job: &Job,
+pub fn teardown<J: JobMembers>(
+    job: &J,
     cmd_pid: u32,
     esc: Escalation,
     audit: &mut dyn FnMut(AuditEntry),
@@ -83,15 +96,15 @@ pub fn teardown(
 /// one polite round to every tree, one grace for all, then `TerminateJobObject` for
 /// what is left and one kill cap for all. `audit(i, entry)` names tree `i` of `trees`
 /// (each a job and its root's pid, which names its console group).
-pub fn teardown_together(
-    trees: &[(&Job, u32)],
+pub fn teardown_together<J: JobMembers>(
+    trees: &[(&J, u32)],
     esc: Escalation,
     audit: &mut dyn FnMut(usize, AuditEntry),
 ) -> Vec<Outcome> {
-    let all_empty = || trees.iter().all(|(job, _)| remaining(job) == 0);
+    let all_empty = || trees.iter().all(|(job, _)| remaining(*job) == 0);
     let mut asked = false;
     for (i, (job, root)) in trees.iter().enumerate() {
-        if remaining(job) > 0 {
+        if remaining(*job) > 0 {
             let polite = sys::ctrl_break(*root);
             asked |= polite.is_ok();
             audit(
@@ -111,7 +124,7 @@ pub fn teardown_together(
     }
     let mut terminated = vec![false; trees.len()];
     for (i, (job, _)) in trees.iter().enumerate() {
-        let members = remaining(job);
+        let members = remaining(*job);
         if members > 0 {
             let killed = job.terminate(TERMINATED_EXIT_CODE);
             terminated[i] = true;
@@ -123,7 +136,7 @@ pub fn teardown_together(
     trees
         .iter()
         .zip(terminated)
-        .map(|((job, _), killed)| match (remaining(job), killed) {
+        .map(|((job, _), killed)| match (remaining(*job), killed) {
             (0, true) => Outcome::Killed,
             (0, false) => Outcome::Gone,
             (n, _) => Outcome::Stuck(n),
@@ -132,7 +145,7 @@ pub fn teardown_together(
 }
 
 /// Running members of the job: the kernel's count, else its member list.
-pub fn remaining(job: &Job) -> usize {
+pub fn remaining(job: &impl JobMembers) -> usize {
     match job.active() {
         Some(n) => n as usize,
         None => job.member_pids().len(),
@@ -140,7 +153,7 @@ pub fn remaining(job: &Job) -> usize {
 }
 
 /// Waits up to `limit` for the job to have no running member.
-fn wait_empty(job: &Job, limit: Duration) -> bool {
+fn wait_empty(job: &impl JobMembers, limit: Duration) -> bool {
     wait_until(&|| remaining(job) == 0, limit)
 }
 

@@ -215,7 +215,16 @@ impl Supervisor<'_> {
         let id = tree.id().clone();
         let cgroup = old_cgroup.map(|cg| self.claim(cg, &id));
         let root = old.record.root.as_ref().map(|r| r.pid);
-        tree.carry_on(&self.signaller, cgroup, anchors, group, old.taken, root);
+        let predecessor = TreeId::parse(&old.record.id);
+        tree.carry_on(
+            &self.signaller,
+            cgroup,
+            anchors,
+            group,
+            old.taken,
+            root,
+            predecessor.as_ref(),
+        );
         self.trees.push(tree);
         Some(id)
     }

@@ -12,7 +12,7 @@ use crate::portable::tracking;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub(crate) use tracking::{members_path, TRACK_EVERY};
+pub(crate) use tracking::{members_path, members_path_in, TRACK_EVERY};
 
 /// What a guardian on the portable tier knows of its tree.
 pub(crate) type Tracking = tracking::Tracking<LinuxOs>;
@@ -54,6 +54,20 @@ impl Tracking {
         Self::of_command(os, scope, root, record)
     }
 
+    /// A tree of processes the host handed over (`supervise`'s `register`/`adopt`,
+    /// or a dead supervisor's tree carried on, whose member record is already at
+    /// `record`), each given as (pid, serial) by the caller that proved it.
+    pub(crate) fn taken(
+        signaller: &Signaller,
+        id: &TreeId,
+        anchors: &[(i32, u64)],
+        record: Option<PathBuf>,
+    ) -> Self {
+        let mut tracking = Self::orphaned(signaller, id, record, None);
+        tracking.seed_proven(anchors);
+        tracking
+    }
+
     /// A dead guardian's tree, from its member record (and the marker, counted
     /// from `not_before`, else from our own start).
     pub(crate) fn orphaned(
@@ -80,4 +94,14 @@ pub(crate) fn sweep_recorded(
     let mut os = LinuxOs::new(signaller.clone());
     let scope = scope(&mut os, signaller, id, &[], Some(not_before));
     tracking::sweep_recorded(os, scope, trees, id, grace)
+}
+
+impl super::Tree {
+    /// The portable tier: the tree's member record goes without a teardown (a
+    /// released tree is the host's again: no sweep may seed from it).
+    pub(crate) fn forget_members(&self) {
+        if let Some(tracking) = &self.live.portable {
+            tracking.forget();
+        }
+    }
 }

@@ -3,13 +3,14 @@
 //! anchors, proven before they are accepted, the members of their group, and every
 //! descendant of those, moved into the tree's cgroup in the cgroup tier.
 
-use super::{Anchors, Tree};
+use super::{portable, Anchors, Tree};
+use crate::identity::TreeId;
 use crate::linux::commands::reconcile::succession::{self, TakenBy};
 use crate::linux::contain::cgroup::{self, CgroupTree};
-use crate::linux::contain::containment::Placement;
+use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::descent::ProcTable;
-use crate::linux::proof::signal::{Members, NotProven, ProvenProcess, Signaller};
+use crate::linux::proof::signal::{serial_of, Members, NotProven, ProvenProcess, Signaller};
 use crate::registry::AuditEntry;
 use crate::RunError;
 
@@ -59,13 +60,32 @@ impl Tree {
             }
         }
         self.recorder.set_root(procfs, leader_pid);
+        if matches!(placement, Placement::Portable) {
+            self.track_taken(signaller, &members.proven);
+        }
         self.live.placement = Some(placement);
         Ok(self.hold(signaller, members, group, taken))
     }
 
+    /// The portable tier: no cgroup holds the taken processes and no subreaper hands
+    /// us their orphans, so the portable core tracks them and what they fork from now
+    /// on (docs/SUPERVISE.md, "portable"), from the tree's member record too when a
+    /// predecessor's was moved there.
+    fn track_taken(&mut self, signaller: &Signaller, proven: &[ProvenProcess]) {
+        let anchors: Vec<(i32, u64)> = (proven.iter())
+            .map(|m| (m.pid(), serial_of(&m.identity)))
+            .collect();
+        let record = self.live.member_record.clone();
+        let tracking = portable::Tracking::taken(signaller, &self.id, &anchors, record);
+        self.live.portable = Some(tracking);
+    }
+
     /// A dead supervisor's tree carried on by this one (its takeover): `anchors` are
     /// its recorded processes proven afresh, `cgroup` its cgroup (already renamed for
-    /// this tree), `root` the recorded root's pid. Returns the number of members.
+    /// this tree), `root` the recorded root's pid, `predecessor` its old id (in the
+    /// portable tier its member record becomes this tree's). Returns the number of
+    /// members.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn carry_on(
         &mut self,
         signaller: &Signaller,
@@ -74,14 +94,25 @@ impl Tree {
         group: Option<i32>,
         taken: TakenBy,
         root: Option<i32>,
+        predecessor: Option<&TreeId>,
     ) -> usize {
         if let Some(cg) = &cgroup {
             self.recorder.set_cgroup(&cg.path, cg.id);
         }
+        let portable = matches!(self.containment, Containment::Portable);
         self.live.placement = Some(match cgroup {
             Some(cg) => Placement::Cgroup(cg),
+            None if portable => Placement::Portable,
             None => Placement::Subreaper,
         });
+        if portable {
+            if let (Some(new), Some(old)) = (&self.live.member_record, predecessor) {
+                if let Some(trees) = new.parent() {
+                    let _ = std::fs::rename(portable::members_path_in(trees, old), new);
+                }
+            }
+            self.track_taken(signaller, &anchors);
+        }
         // The rest of the group through one recorded process still in it.
         let in_group = group.and_then(|n| anchors.iter().position(|a| a.identity.pgid == n));
         let mut found = match in_group {

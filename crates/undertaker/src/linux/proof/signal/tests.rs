@@ -3,6 +3,7 @@
 //! Only this test's own children (and their children) are ever targets.
 
 use super::*;
+use crate::identity::{TreeId, TREE_MARKER};
 use crate::linux::kernel::procfs::Procfs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};

@@ -10,7 +10,6 @@
 //! saying so. A reader thread feeds lines to the serve loop, which also watches the
 //! owner, the spawned roots and each tree's stop event (`undertaker kill`).
 
-mod refusals;
 mod tree;
 
 use crate::escalation::Escalation;
@@ -23,12 +22,13 @@ use crate::protocol::wire::{
 use crate::protocol::{
     parse_line, ErrorCode, ProtocolError, RefusalReason, Request, MAX_LINE, PROTOCOL_VERSION,
 };
+use crate::registry::refusal_log::RefusalLog;
 use crate::registry::{OwnerKind, OwnerRecord};
+use crate::windows::commands::guardian::BOOT_ID;
 use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
 use crate::windows::proof::teardown::{self, Outcome};
 use crate::{RunError, SuperviseOptions, Tier};
-use refusals::RefusalLog;
 use std::io::{Read, Write};
 use std::os::windows::io::AsHandle;
 use std::sync::mpsc;
@@ -91,7 +91,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         me: sys::current_pid(),
         esc: Escalation::with_grace(opts.grace),
         trees: Vec::new(),
-        refusals: RefusalLog::new(opts.state_dir.clone()),
+        refusals: RefusalLog::new(opts.state_dir.clone(), 0, BOOT_ID.into()),
     };
     let end = sup.serve(&lines, &owner, &console);
     tracing::debug!("supervise: {end:?}: tearing every tree down");
