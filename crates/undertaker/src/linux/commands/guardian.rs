@@ -107,9 +107,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
     let portable = guard.tier == Tier::Portable;
-    let signaller = match sentinel::split(&signaller, portable)? {
+    let (signaller, handoff) = match sentinel::split(&signaller, portable)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
-        Split::Guardian(signaller) => signaller,
+        Split::Guardian(signaller, handoff) => (signaller, handoff),
     };
     let sentinel_watch = match portable {
         true => Some(sentinel::watch_sentinel(&signaller)?),
@@ -186,5 +186,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if in_namespace {
         sys::reclaim_foreground(signaller.host_pgrp());
     }
-    Ok(tree.finish())
+    let status = tree.finish();
+    handoff.send(status);
+    Ok(status)
 }
