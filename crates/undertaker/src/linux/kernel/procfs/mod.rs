@@ -508,18 +508,39 @@ impl Procfs {
     /// The access modes (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, as fdinfo's `flags`
     /// give them) of every fd of `pid` open on the pipe with inode `inode`.
     pub fn pipe_ends(&self, pid: i32, inode: u64) -> Result<Vec<u32>, ProcError> {
+        use rustix::fs::{Mode, OFlags};
         let dir = self.pid_dir(pid).join("fd");
-        let entries = fs::read_dir(&dir).map_err(|e| map_io(pid, &dir, &e))?;
+        // One open of the directory, then each link read relative to it: the `run`
+        // start-up path reads every fd of a few ancestors here (started_by.rs), and a
+        // path per fd walked /proc from the top each time.
+        let fds = rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| map_io(pid, &dir, &e.into()))?;
+        let entries = rustix::fs::Dir::read_from(&fds).map_err(|e| map_io(pid, &dir, &e.into()))?;
         let wanted = format!("pipe:[{inode}]");
         let mut modes = Vec::new();
+        let mut buf = Vec::with_capacity(64);
         for entry in entries.flatten() {
-            let Ok(target) = fs::read_link(entry.path()) else {
-                continue;
-            };
-            if target.as_os_str() != wanted.as_str() {
+            let name = entry.file_name();
+            if name.to_bytes().starts_with(b".") {
                 continue;
             }
-            let info = self.pid_dir(pid).join("fdinfo").join(entry.file_name());
+            let Ok(target) = rustix::fs::readlinkat(&fds, name, std::mem::take(&mut buf)) else {
+                continue;
+            };
+            let matches = target.as_bytes() == wanted.as_bytes();
+            buf = target.into_bytes();
+            buf.clear();
+            if !matches {
+                continue;
+            }
+            let info = self
+                .pid_dir(pid)
+                .join("fdinfo")
+                .join(&*String::from_utf8_lossy(name.to_bytes()));
             let Ok(text) = fs::read_to_string(&info) else {
                 continue;
             };
