@@ -107,9 +107,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let start = started_by::identify(&signaller, &opts.command);
     // The process the host started stays behind; from here on we are its guardian.
     let portable = guard.tier == Tier::Portable;
-    let (signaller, handoff) = match sentinel::split(&signaller, portable)? {
+    let signaller = match sentinel::split(&signaller, portable)? {
         Split::Sentinel(sentinel) => return Ok(sentinel.watch(guard, &id, signaller, signals)),
-        Split::Guardian(signaller, handoff) => (signaller, handoff),
+        Split::Guardian(signaller) => signaller,
     };
     let sentinel_watch = match portable {
         true => Some(sentinel::watch_sentinel(&signaller)?),
@@ -186,7 +186,5 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if in_namespace {
         sys::reclaim_foreground(signaller.host_pgrp());
     }
-    let status = tree.finish();
-    handoff.send(status);
-    Ok(status)
+    Ok(tree.finish())
 }

@@ -14,12 +14,6 @@
 //! The split happens before anything else is set up, so the sentinel holds no
 //! database, no cgroup and no spawn state: it relays signals to the guardian, waits
 //! for it, and exits with its status.
-//!
-//! A guardian that has finished the tree (every member gone, the record's last line
-//! written) hands its status over a pipe ([`Handoff`]) and the sentinel exits at once:
-//! the host's wait no longer waits for the guardian's own exit as well, one wake-up
-//! on the exit path instead of two in series (docs/BENCHMARKS.md, "Issue 30"). A
-//! guardian that dies before the handoff is seen as before, through its pidfd.
 
 use crate::identity::TreeId;
 use crate::linux::commands::host::HostProcess;
@@ -32,7 +26,6 @@ use crate::linux::proof::pidref::PidRef;
 use crate::linux::proof::signal::Signaller;
 use crate::{GuardOptions, RunError};
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::fd::OwnedFd;
 use rustix::process::{Signal, WaitId, WaitIdOptions};
 use std::time::Instant;
 
@@ -41,30 +34,12 @@ pub(crate) enum Split {
     /// The process the host started: watch the guardian.
     Sentinel(Sentinel),
     /// The new child: go on as the guardian, with facts about itself.
-    Guardian(Signaller, Handoff),
+    Guardian(Signaller),
 }
 
 /// The sentinel's handle on its guardian.
 pub(crate) struct Sentinel {
     guardian: PidRef,
-    /// The read end of the guardian's [`Handoff`]; `None` once it reached EOF (the
-    /// guardian ended without one: its pidfd says how).
-    handoff: Option<OwnedFd>,
-}
-
-/// The guardian's write end of the pipe its sentinel reads its status from.
-pub(crate) struct Handoff(OwnedFd);
-
-impl Handoff {
-    /// Hands `status` to the sentinel, which exits with it at once. Only once nothing
-    /// is left to do: the tree is gone and its record finished, so whatever happens to
-    /// either process afterwards loses nothing. The guardian then no longer takes the
-    /// sentinel's exit for a stop (PDEATHSIG) on its own way out.
-    pub(crate) fn send(self, status: i32) {
-        let _ = rustix::process::set_parent_process_death_signal(None);
-        // A status is one byte, as the sentinel's exit status keeps it.
-        let _ = rustix::io::write(&self.0, &[crate::exit_status::exited_with(status) as u8]);
-    }
 }
 
 /// Forks the guardian. Both sides return; the caller's signal mask and signalfd are
@@ -80,25 +55,16 @@ pub(crate) fn split(signaller: &Signaller, portable: bool) -> Result<Split, RunE
         rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
             .map_err(|e| RunError::Setup(format!("PR_SET_CHILD_SUBREAPER: {e}")))?;
     }
-    // Non-blocking: the sentinel reads it after every wake-up, whatever woke it.
-    let flags = rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK;
-    let (handoff_read, handoff_write) =
-        rustix::pipe::pipe_with(flags).map_err(|e| RunError::Setup(format!("pipe: {e}")))?;
     match sys::fork_guardian() {
         Err(e) => Err(RunError::Setup(format!("cannot fork the guardian: {e}"))),
         Ok(Forked::Parent { pid, pidfd }) => Ok(Split::Sentinel(Sentinel {
             guardian: PidRef::from_parts(pid, pidfd),
-            handoff: Some(handoff_read),
         })),
         Ok(Forked::Child) => {
-            drop(handoff_read);
             // A sentinel already gone means the host stopped us: start nothing.
             sys::detach_guardian(sentinel_pid, !portable)
                 .map_err(|e| RunError::Setup(format!("guardian start-up: {e}")))?;
-            Ok(Split::Guardian(
-                signaller.for_forked_child(),
-                Handoff(handoff_write),
-            ))
+            Ok(Split::Guardian(signaller.for_forked_child()))
         }
     }
 }
@@ -133,7 +99,7 @@ impl Sentinel {
     /// Relays signals to the guardian until it exits, then returns its exit status.
     /// A guardian killed by a signal is replaced: its tree is torn down here.
     pub(crate) fn watch(
-        mut self,
+        self,
         opts: &GuardOptions,
         tree: &TreeId,
         signaller: Signaller,
@@ -147,11 +113,10 @@ impl Sentinel {
         while !self.guardian.exited() {
             {
                 let sfd = signals.fd();
-                let mut fds = vec![
+                let mut fds = [
                     PollFd::new(&sfd, PollFlags::IN),
                     PollFd::new(&gfd, PollFlags::IN),
                 ];
-                fds.extend(self.handoff.as_ref().map(|h| PollFd::new(h, PollFlags::IN)));
                 let timeout =
                     settle_at.map(|at| timespec(at.saturating_duration_since(Instant::now())));
                 match poll(&mut fds, timeout.as_ref()) {
@@ -159,9 +124,6 @@ impl Sentinel {
                     // Nothing to wait on: block in waitid below instead of spinning.
                     Err(_) => break,
                 }
-            }
-            if let Some(status) = handed_over(&mut self.handoff) {
-                return status;
             }
             if settle_at.is_some_and(|at| Instant::now() >= at) {
                 settle_at = None;
@@ -197,20 +159,6 @@ impl Sentinel {
         tracing::warn!("guardian killed by signal {sig}; tearing tree {tree} down here");
         finish_orphaned_tree(opts, tree, signaller, signals);
         crate::exit_status::killed_by(sig)
-    }
-}
-
-/// The status the guardian handed over, if it has; a handoff pipe at EOF (the
-/// guardian ended without one) is dropped from the watch.
-fn handed_over(handoff: &mut Option<OwnedFd>) -> Option<i32> {
-    let mut byte = [0u8; 1];
-    match rustix::io::read(handoff.as_ref()?, &mut byte) {
-        Ok(1) => Some(crate::exit_status::exited_with(i32::from(byte[0]))),
-        Ok(_) => {
-            *handoff = None;
-            None
-        }
-        Err(_) => None,
     }
 }
 
