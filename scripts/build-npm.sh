@@ -32,7 +32,8 @@ binary_for() { # npm platform -> path of its release binary
     "$host_platform") echo target/release/undertaker; return ;;
     linux-x64) triple=x86_64-unknown-linux-gnu ;;
     linux-x64-musl) triple=x86_64-unknown-linux-musl ;;
-    linux-arm64) triple=aarch64-unknown-linux-gnu ;;
+    # The release's static musl build (scripts/build-musl.sh on an arm64 runner).
+    linux-arm64) triple=aarch64-unknown-linux-musl ;;
     # Built by the release workflow's runners (docs/RELEASE.md), not on this machine.
     darwin-arm64) triple=aarch64-apple-darwin ;;
     darwin-x64) triple=x86_64-apple-darwin ;;

@@ -14,13 +14,16 @@ of spawn to reap, and the CPU time of the wrapper's whole tree (wait4's rusage).
 --exit, CMD is undertaker-bench's `__stamp` mode (target/release/undertaker-bench, or
 $UNDERTAKER_BENCH): it prints CLOCK_MONOTONIC and exits, and the sample is the time
 from there until the wrapper is reaped. stdin and stdout are /dev/null (--exit: a
-pipe for stdout). Needs a state dir: $UNDERTAKER_STATE_DIR, else a temporary one.
+pipe for stdout; --pipeline: a pipe only a sibling reads, as in `run … | cat`, where
+undertaker's host detection looks for the reader among its ancestors). Needs a state
+dir: $UNDERTAKER_STATE_DIR, else a temporary one.
 """
 import argparse, os, statistics, sys, tempfile, time
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=300)
 p.add_argument("--exit", action="store_true")
+p.add_argument("--pipeline", action="store_true")
 p.add_argument("prefix", nargs="+")
 a = p.parse_args()
 os.environ.setdefault("UNDERTAKER_STATE_DIR", tempfile.mkdtemp(prefix="measure-start."))
@@ -34,9 +37,19 @@ cpu = [[] for _ in conts]
 for r in range(a.rounds + 1):  # round 0 warms up, untimed
     k = r % len(conts)
     for i in list(range(k, len(conts))) + list(range(k)):
-        rd = wr = None
+        rd = wr = sibling = None
         acts = [(os.POSIX_SPAWN_DUP2, null, 0)]
-        if a.exit:
+        if a.pipeline:
+            rd, wr = os.pipe()
+            sibling = os.fork()
+            if sibling == 0:
+                os.close(wr)
+                while os.read(rd, 4096):
+                    pass
+                os._exit(0)
+            os.close(rd)
+            acts += [(os.POSIX_SPAWN_DUP2, wr, 1)]
+        elif a.exit:
             rd, wr = os.pipe()
             acts += [(os.POSIX_SPAWN_DUP2, wr, 1), (os.POSIX_SPAWN_CLOSE, rd)]
         else:
@@ -46,6 +59,9 @@ for r in range(a.rounds + 1):  # round 0 warms up, untimed
         _, st, ru = os.wait4(pid, 0)
         end = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
         dt = time.perf_counter_ns() - t
+        if sibling:
+            os.close(wr)
+            os.waitpid(sibling, 0)
         if os.waitstatus_to_exitcode(st) != 0:
             sys.exit(f"{a.prefix[i]}: exit status {os.waitstatus_to_exitcode(st)}")
         if a.exit:

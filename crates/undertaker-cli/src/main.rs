@@ -335,7 +335,13 @@ fn main() -> ExitCode {
         undertaker::settings::disable_self_healing();
     }
     let code = match cli.command {
-        Command::Run(args) => cmd_run(args, cli.state_dir),
+        Command::Run(args) => {
+            // The tree is gone and recorded: the host's wait need not wait for the C
+            // library's exit work too (in the sentinel and in the guardian).
+            let code = cmd_run(args, cli.state_dir);
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            undertaker::exit_now(code.clamp(0, 255))
+        }
         Command::Supervise(args) => cmd_supervise(args, cli.state_dir),
         Command::Ps(args) => reconcile::cmd_ps(args, cli.state_dir),
         Command::Sweep(args) => reconcile::cmd_sweep(args, cli.state_dir),

@@ -120,6 +120,18 @@ mod macos {
 pub mod wrap;
 
 pub use api::{doctor, kill, kill_named, log, log_page, ps, run, supervise, sweep, MAX_LABEL};
+
+/// Ends this process with `code` at once, without the C library's exit work (atexit
+/// handlers, the destructors of every loaded library). For the two processes of a
+/// finished `run` that work is all that still stands between CMD's exit and the
+/// host's wait (docs/BENCHMARKS.md, "Issue 30"). Nothing buffered is flushed: flush
+/// what must be seen first. Other platforms exit the ordinary way.
+pub fn exit_now(code: i32) -> ! {
+    #[cfg(target_os = "linux")]
+    linux::kernel::sys::exit_immediately(code);
+    #[cfg(not(target_os = "linux"))]
+    std::process::exit(code)
+}
 #[cfg(target_os = "linux")]
 pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
 #[cfg(target_os = "linux")]

@@ -52,16 +52,38 @@ fn far_end(fd: BorrowedFd<'_>) -> Option<FarEnd> {
     }
 }
 
-fn holds(procfs: &Procfs, pid: i32, end: &FarEnd) -> bool {
+/// What an ancestor holds of one of undertaker's stdio ends.
+enum Holds {
+    /// The far end: the host.
+    FarEnd,
+    /// Only the end undertaker has, or (a socket) we cannot tell: a launcher that
+    /// passed it down; the search goes on above it.
+    OursOnly,
+    /// Neither end.
+    Nothing,
+}
+
+fn holds(procfs: &Procfs, pid: i32, end: &FarEnd) -> Holds {
     match *end {
-        FarEnd::Pipe { inode, mode } => procfs
-            .pipe_ends(pid, inode)
-            .is_ok_and(|modes| modes.iter().any(|&m| m == mode || m == OFlags::RDWR.bits())),
-        FarEnd::SocketCreator(creator) => creator == pid,
+        FarEnd::Pipe { inode, mode } => match procfs.pipe_ends(pid, inode) {
+            Ok(modes) if modes.iter().any(|&m| m == mode || m == OFlags::RDWR.bits()) => {
+                Holds::FarEnd
+            }
+            Ok(modes) if !modes.is_empty() => Holds::OursOnly,
+            _ => Holds::Nothing,
+        },
+        FarEnd::SocketCreator(creator) if creator == pid => Holds::FarEnd,
+        FarEnd::SocketCreator(_) => Holds::OursOnly,
     }
 }
 
 /// The index in `ancestors` (nearest first) of the host, and how it was found.
+///
+/// The search climbs only through launchers, which hold the ends undertaker has: an
+/// ancestor holding no end of any of our stdio pipes did not pass them down (in
+/// `producer | undertaker run …` the shell closed its copies; the writer is a
+/// sibling), so no ancestor above it can be the host found through them, and the
+/// search stops there, without reading every fd of every ancestor up to init.
 fn find_host(procfs: &Procfs, ancestors: &[i32]) -> Option<(usize, HostEvidence)> {
     if ancestors.is_empty() {
         return None;
@@ -70,11 +92,17 @@ fn find_host(procfs: &Procfs, ancestors: &[i32]) -> Option<(usize, HostEvidence)
         .into_iter()
         .filter_map(far_end)
         .collect();
-    if !ends.is_empty() {
-        let found = (ancestors.iter().take(MAX_HOPS))
-            .position(|&pid| ends.iter().any(|end| holds(procfs, pid, end)));
-        if let Some(i) = found {
-            return Some((i, HostEvidence::Stdio));
+    for (i, &pid) in ancestors.iter().take(MAX_HOPS).enumerate() {
+        let mut passed_down = false;
+        for end in &ends {
+            match holds(procfs, pid, end) {
+                Holds::FarEnd => return Some((i, HostEvidence::Stdio)),
+                Holds::OursOnly => passed_down = true,
+                Holds::Nothing => {}
+            }
+        }
+        if !passed_down {
+            break;
         }
     }
     Some((0, HostEvidence::Parent))

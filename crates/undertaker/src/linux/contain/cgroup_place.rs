@@ -121,10 +121,7 @@ impl CgroupMount {
 /// starts with a 32-byte probe and doubles from there: seven reads of a mountinfo the
 /// kernel regenerates as it goes, on `run`'s path before CMD starts.
 fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::with_capacity(16 << 10);
-    std::fs::File::open(path)?.read_to_string(&mut text)?;
-    Ok(text)
+    crate::linux::kernel::procfs::read_text(path.as_ref())
 }
 
 pub fn current_mount() -> Result<CgroupMount, String> {

@@ -243,11 +243,36 @@ fn read_capped(path: &Path, cap: usize) -> io::Result<(Vec<u8>, bool)> {
 /// [`read_capped`]; `short_is_eof`: the file is produced whole at open/first read
 /// (single-record seq_files such as stat and status), so a short read is its end and
 /// needs no second read to confirm.
+///
+/// The first read goes to the stack: with musl's allocator a 4 KiB heap buffer per file
+/// was a fresh `mmap` and `munmap` each time (docs/BENCHMARKS.md, "Issue 30"); only
+/// what was read is copied to the heap.
 fn read_capped_with(path: &Path, cap: usize, short_is_eof: bool) -> io::Result<(Vec<u8>, bool)> {
     const FIRST: usize = 4096;
     let mut file = File::open(path)?;
-    let mut buf = vec![0u8; FIRST.min(cap + 1)];
+    let mut first = [0u8; FIRST];
+    let want = FIRST.min(cap + 1);
     let mut len = 0;
+    loop {
+        match file.read(&mut first[len..want]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if (short_is_eof && len < want) || len == want {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let mut buf = first[..len].to_vec();
+    if len < want || len > cap {
+        let truncated = buf.len() > cap;
+        buf.truncate(cap);
+        return Ok((buf, truncated));
+    }
+    buf.resize((want * 2).min(cap + 1), 0);
     loop {
         match file.read(&mut buf[len..]) {
             Ok(0) => break,
@@ -272,6 +297,20 @@ fn read_capped_with(path: &Path, cap: usize, short_is_eof: bool) -> io::Result<(
     let truncated = buf.len() > cap;
     buf.truncate(cap);
     Ok((buf, truncated))
+}
+
+/// A small kernel-generated text file (mountinfo, a cgroup's control files), whole:
+/// one read for what fits 4 KiB, on the stack ([`read_capped_with`]).
+pub fn read_text(path: &Path) -> io::Result<String> {
+    const CAP: usize = 16 << 20;
+    let (bytes, truncated) = read_capped(path, CAP)?;
+    if truncated {
+        return Err(io::Error::other(format!(
+            "{} is larger than 16 MiB",
+            path.display()
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Handle on a proc mount root (default "/proc"); tests may point it elsewhere.
@@ -508,18 +547,39 @@ impl Procfs {
     /// The access modes (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, as fdinfo's `flags`
     /// give them) of every fd of `pid` open on the pipe with inode `inode`.
     pub fn pipe_ends(&self, pid: i32, inode: u64) -> Result<Vec<u32>, ProcError> {
+        use rustix::fs::{Mode, OFlags};
         let dir = self.pid_dir(pid).join("fd");
-        let entries = fs::read_dir(&dir).map_err(|e| map_io(pid, &dir, &e))?;
+        // One open of the directory, then each link read relative to it: the `run`
+        // start-up path reads every fd of a few ancestors here (started_by.rs), and a
+        // path per fd walked /proc from the top each time.
+        let fds = rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| map_io(pid, &dir, &e.into()))?;
+        let entries = rustix::fs::Dir::read_from(&fds).map_err(|e| map_io(pid, &dir, &e.into()))?;
         let wanted = format!("pipe:[{inode}]");
         let mut modes = Vec::new();
+        let mut buf = Vec::with_capacity(64);
         for entry in entries.flatten() {
-            let Ok(target) = fs::read_link(entry.path()) else {
-                continue;
-            };
-            if target.as_os_str() != wanted.as_str() {
+            let name = entry.file_name();
+            if name.to_bytes().starts_with(b".") {
                 continue;
             }
-            let info = self.pid_dir(pid).join("fdinfo").join(entry.file_name());
+            let Ok(target) = rustix::fs::readlinkat(&fds, name, std::mem::take(&mut buf)) else {
+                continue;
+            };
+            let matches = target.as_bytes() == wanted.as_bytes();
+            buf = target.into_bytes();
+            buf.clear();
+            if !matches {
+                continue;
+            }
+            let info = self
+                .pid_dir(pid)
+                .join("fdinfo")
+                .join(&*String::from_utf8_lossy(name.to_bytes()));
             let Ok(text) = fs::read_to_string(&info) else {
                 continue;
             };

@@ -542,3 +542,23 @@ fn pipe_ends_tell_the_write_end_from_the_read_end() {
         read.as_raw_fd()
     );
 }
+
+#[test]
+fn capped_reads_keep_every_byte_across_the_stack_buffer_and_cut_at_the_cap() {
+    let dir = std::env::temp_dir().join(format!("undertaker-capped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("f");
+    for len in [0usize, 1, 4095, 4096, 4097, 8192, 10_000] {
+        let content: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&file, &content).unwrap();
+        for cap in [0usize, 100, 4095, 4096, 4097, 9000, 1 << 20] {
+            let (got, truncated) = read_capped_with(&file, cap, false).unwrap();
+            assert_eq!(got, content[..len.min(cap)], "len {len} cap {cap}");
+            assert_eq!(truncated, len > cap, "len {len} cap {cap}");
+        }
+    }
+    let text = "22 27 0:21 / /proc rw - proc proc rw\n".repeat(200);
+    std::fs::write(&file, &text).unwrap();
+    assert_eq!(read_text(&file).unwrap(), text);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
