@@ -10,7 +10,7 @@ use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{self, LockInfo};
-use crate::registry::{AuditEntry, RecordedTier, RegistryError, TreeRecord};
+use crate::registry::{RecordedTier, RegistryError, TreeRecord};
 use crate::report::{SweepAction, SweepReport, TreeSweep};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -124,7 +124,7 @@ impl Sweep<'_> {
             (SweepAction::WouldSweep, targets, would)
         } else {
             if rec.is_some_and(|r| r.tier == RecordedTier::Portable) {
-                sweep_portable(self, tree.id(), orphaned.since);
+                sweep_portable(self, &tree, orphaned.since);
             }
             let how = match tree.cgroup() {
                 Some(_) => "by cgroup and marker",
@@ -266,23 +266,17 @@ impl Sweep<'_> {
 /// The portable tier's members that the marker cannot name (a scrubbed
 /// environment whose parent died), from the tree's member record, torn down by
 /// the portable core before the marker sweep (docs/TIERS.md, "portable").
-fn sweep_portable(sweep: &Sweep<'_>, tree: &TreeId, not_before: u64) {
+fn sweep_portable(sweep: &Sweep<'_>, tree: &Tree, not_before: u64) {
     use crate::linux::commands::tree::portable::sweep_recorded;
     let (ctx, actor) = (sweep.ctx, sweep.actor);
     let trees = ctx.dir.trees_dir();
-    let report = sweep_recorded(&ctx.signaller, tree, &trees, not_before, sweep.grace);
-    let _ = ctx.registry.append_audit(&AuditEntry {
-        tree: Some(tree.to_string()),
-        actor: actor.into(),
-        event: "note".into(),
-        message: Some(format!(
-            "{actor}: portable tier: {} member(s) from the member record, lineage and marker SIGKILLed ({} signals delivered, {} stuck)",
-            report.killed(),
-            report.delivered.len(),
-            report.stuck.len()
-        )),
-        ..Default::default()
-    });
+    let report = sweep_recorded(&ctx.signaller, tree.id(), &trees, not_before, sweep.grace);
+    tree.note(format!(
+        "{actor}: portable tier: {} member(s) from the member record, lineage and marker SIGKILLed ({} signals delivered, {} stuck)",
+        report.killed(),
+        report.delivered.len(),
+        report.stuck.len()
+    ));
 }
 
 /// [`Sweep::cgroup`], its audit lines to `recorder`.

@@ -114,3 +114,92 @@ fn record_spawn_finish() {
     assert_eq!(done.state, StoredState::Finished);
     assert_eq!(done.exit_status, Some(3));
 }
+
+/// A process of ours, started with `marker` in its environment, once its exec has
+/// made the marker readable (setup, not a verdict), with its start time.
+fn marked_sleeper(procfs: &Procfs, marker: &TreeId) -> (std::process::Child, u64) {
+    let child = std::process::Command::new("sleep")
+        .arg("1000")
+        .env(crate::identity::TREE_MARKER, marker.as_str())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while procfs
+        .environ_value(pid, crate::identity::TREE_MARKER)
+        .ok()
+        .flatten()
+        != Some(marker.as_str().as_bytes().to_vec())
+    {
+        assert!(Instant::now() < deadline, "{pid} never showed its marker");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (child, procfs.stat(pid).unwrap().starttime)
+}
+
+/// Processes a test started, killed and reaped on drop (a failed assertion leaves
+/// none behind).
+struct Started(Vec<std::process::Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A dead guardian's tree as a sweep finds it (`Tree::left_behind`, no cgroup): the
+/// processes carrying its marker that started no earlier than the dead guardian are
+/// torn down, each reported as reached by SIGTERM; one with its marker that started
+/// before, and one with another tree's marker, are left alone.
+#[test]
+fn a_left_behind_tree_is_its_marked_processes_since_the_guardians_start() {
+    let signaller = Signaller::for_current_process(Procfs::new()).unwrap();
+    let procfs = signaller.procfs();
+    let id = TreeId::generate(&signaller.me().boot_id, [9; 12]);
+    let other = TreeId::generate(&signaller.me().boot_id, [10; 12]);
+    let mut started = Started(Vec::new());
+    let (early, early_start) = marked_sleeper(procfs, &id);
+    started.0.push(early);
+    // The member must start at a later clock tick than `early` (start times count ticks).
+    let since = loop {
+        let (member, start) = marked_sleeper(procfs, &id);
+        started.0.push(member);
+        if start > early_start {
+            break start;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stranger, _) = marked_sleeper(procfs, &other);
+    started.0.push(stranger);
+    let [early, .., member, stranger] = &mut started.0[..] else {
+        unreachable!()
+    };
+
+    let recorder = Recorder::for_sweep(&id, "sweep", None);
+    let grace = Duration::from_secs(20);
+    let mut tree = Tree::left_behind(id, None, Some(since), None, grace, recorder);
+    let torn = tree.tear_down_from_outside(&signaller);
+
+    let member_pid = member.id() as i32;
+    let status = member.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let target = (torn.report.targets.iter())
+        .find(|t| t.pid == member_pid)
+        .expect("the member is in the report");
+    assert_eq!(target.outcome, crate::escalation::Outcome::Gone);
+    assert!(torn.reached.contains(&(member_pid, since)));
+    assert!(torn.report.empty);
+    for bystander in [early, stranger] {
+        assert!(bystander.try_wait().unwrap().is_none(), "a non-member died");
+        let pid = bystander.id() as i32;
+        assert!(
+            !(torn.report.targets.iter()).any(|t| t.pid == pid && t.refusal.is_none()),
+            "{pid} was treated as a member: {:?}",
+            torn.report
+        );
+    }
+}
