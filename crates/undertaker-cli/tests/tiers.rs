@@ -742,3 +742,65 @@ fn portable_ps_and_kill_by_label_for_live_and_dead_guardians() {
         );
     }
 }
+
+/// A namespace the kernel grants but whose /proc cannot be mounted (uid 65534 in its
+/// own user namespace, while a bind mount covers part of the host's /proc, so the
+/// kernel refuses a fresh proc instance): exit 125 with the reason on one line, and
+/// CMD never runs (docs/TIERS.md). `run` no longer tries a namespace first; the init
+/// is the one that finds out.
+#[test]
+fn pidns_whose_proc_cannot_be_mounted_exits_125_before_cmd() {
+    if !is_root() {
+        return skip("needs root to make a mount namespace and switch to uid 65534");
+    }
+    if !std::path::Path::new("/proc/kmsg").exists() {
+        return skip("no /proc/kmsg to cover with a bind mount");
+    }
+    let free = undertaker_as_nobody()
+        .args(["run", "--tier", "pidns", "--", "true"])
+        .status()
+        .unwrap();
+    if !free.success() {
+        return skip("user namespaces are not available to uid 65534 here");
+    }
+    // `unshare -m` makes its mounts private: the bind mount stays in there.
+    let out = Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            "mount --bind /dev/null /proc/kmsg && exec \"$@\"",
+            "sh",
+        ])
+        .args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ])
+        .arg(UNDERTAKER)
+        .args(["run", "--tier", "pidns", "--", "sh", "-c", "echo CMD-ran"])
+        .stdin(Stdio::null())
+        .env_remove("UNDERTAKER_TREE")
+        .env("HOME", test_home())
+        .env_remove("UNDERTAKER_STATE_DIR")
+        .env_remove("XDG_STATE_HOME")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("CMD-ran"),
+        "CMD ran"
+    );
+    // (uid 65534 cannot write the test home's state dir: a warning line says so.)
+    let reasons: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("undertaker:"))
+        .collect();
+    assert_eq!(reasons.len(), 1, "one line of reason: {stderr}");
+    assert!(
+        reasons[0].contains("/proc"),
+        "the reason names /proc: {stderr}"
+    );
+}

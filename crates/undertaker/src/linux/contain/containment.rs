@@ -45,7 +45,12 @@ impl Containment {
             Tier::Cgroup => cgroup::locate()
                 .map(Containment::Cgroup)
                 .map_err(unavailable(Tier::Cgroup)),
-            Tier::Pidns => pidns::probe()
+            // No trial namespace first (`pidns::probe`, which `doctor` runs): the real
+            // start reports the same failures, a namespace the kernel refuses as this
+            // tier's unavailability, a set-up the init cannot finish as its own exit
+            // 125 with the reason, before CMD; the trial was a second fork and
+            // namespace on every run (docs/BENCHMARKS.md, "Issue 30").
+            Tier::Pidns => pidns::can_fork_init()
                 .map(|()| Containment::Pidns)
                 .map_err(unavailable(Tier::Pidns)),
         }

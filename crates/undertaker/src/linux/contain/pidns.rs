@@ -89,12 +89,20 @@ fn setup_namespace(user_ns: bool, uid: u32, gid: u32) -> Result<(), (i32, String
     .map_err(|e| (SETUP_PROC, format!("mounting /proc: {e}")))
 }
 
-/// Checks that a new PID namespace (with a user namespace when not root) can be
-/// created and set up here, by doing it in a short-lived child.
-pub fn probe() -> Result<(), String> {
+/// What `run` checks before choosing this tier: the init is forked from this process,
+/// which must be single-threaded. Whether the kernel grants the namespaces is known
+/// when [`start`] creates them.
+pub fn can_fork_init() -> Result<(), String> {
     if !single_threaded() {
         return Err("this process has several threads (the init is forked from it)".into());
     }
+    Ok(())
+}
+
+/// Checks that a new PID namespace (with a user namespace when not root) can be
+/// created and set up here, by doing it in a short-lived child (`doctor`).
+pub fn probe() -> Result<(), String> {
+    can_fork_init()?;
     let user_ns = needs_user_ns();
     let (uid, gid) = (
         rustix::process::geteuid().as_raw(),
@@ -205,7 +213,8 @@ fn run_init(
     gid: u32,
     was_foreground: bool,
 ) -> Result<i32, (i32, String)> {
-    // The guardian ran probe() first, so a failure here is rare; report it as 125.
+    // A namespace the kernel made but we cannot set up (a mount refused): exit 125
+    // with the reason, before CMD (docs/TIERS.md).
     setup_namespace(user_ns, uid, gid).map_err(|(_, msg)| (125, msg))?;
     // Die with the guardian. PDEATHSIG is safe here: both sides are our own
     // single-threaded processes. Then re-check, as bubblewrap does (PR #730): if the
