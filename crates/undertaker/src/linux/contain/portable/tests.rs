@@ -344,34 +344,27 @@ fn the_cores_watch_ends_on_cmds_exit_or_the_owners_death_and_the_teardown_follow
     }
 }
 
-/// A dead guardian's tree as `sweep` finds it on macOS, through the neutral
-/// reconcile over /proc and pidfds: `ps` shows it orphaned with its recorded
-/// member alive; `sweep` kills that member (no marker: only the member record
-/// names it) and a marked one the guardian never saw, and closes the record.
-#[test]
-fn a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile() {
-    if !isolate("a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile") {
-        return;
-    }
-    use crate::history::Context;
+/// A dead guardian's tree in `state`: its record (lock free, no last line), a member
+/// only its member record names (no marker) and one only its marker names (started
+/// after the guardian's last look). Returns the tree, its two members, and the
+/// member record's path.
+fn dead_guardians_tree(
+    signaller: &Signaller,
+    state: &std::path::Path,
+    sleeps: [&str; 2],
+) -> (crate::identity::TreeId, Child, Child, std::path::PathBuf) {
     use crate::identity::TreeId;
-    use crate::portable::reconcile::Reconcile;
     use crate::portable::tracking::{self, Tracking};
     use crate::registry::recorder::{Recorder, Start};
     use crate::registry::{GuardianRecord, OwnerKind, OwnerRecord, RecordedTier, StateDir};
-    use crate::report::{SweepAction, TreeState};
-    let procfs = Procfs::new();
-    let signaller = Signaller::for_current_process(procfs.clone()).expect("signaller");
     let (me, uid) = (signaller.me().pid, signaller.me().uid);
     let boot = signaller.me().boot_id.clone();
     let tree = TreeId::generate(&boot, rand_bytes());
-    let scratch = Scratch(std::env::temp_dir().join(format!("ut-portable-{tree}")));
-    let mut os = LinuxOs::new(signaller.clone());
-    let own = procfs.stat(me).expect("own stat");
+    let own = signaller.procfs().stat(me).expect("own stat");
     let recorder = Recorder::open(
         &tree,
         Start {
-            state_dir: Some(&scratch.0),
+            state_dir: Some(state),
             uid,
             boot_id: &boot,
             label: Some("dead".into()),
@@ -391,17 +384,15 @@ fn a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile() 
         },
     )
     .expect("record");
-    let trees = StateDir::prepare(&scratch.0, uid)
-        .expect("state")
-        .trees_dir();
+    let trees = StateDir::prepare(state, uid).expect("state").trees_dir();
     let members = tracking::members_path_in(&trees, &tree);
-    // A member without the marker (only the record names it), and one with it.
-    let mut scrubbed = Command::new("sleep")
-        .arg("330")
+    let scrubbed = Command::new("sleep")
+        .arg(sleeps[0])
         .env_remove(TREE_MARKER)
         .process_group(0)
         .spawn()
         .expect("scrubbed");
+    let mut os = LinuxOs::new(signaller.clone());
     let scope = tracking::scope(&mut os, &tree, uid, me, &[], None);
     drop(Tracking::of_command(
         os,
@@ -409,28 +400,50 @@ fn a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile() 
         scrubbed.id() as i32,
         Some(members.clone()),
     ));
-    // Started after the guardian's last look: only the marker names it.
-    let mut marked = spawn("exec sleep 331", tree.as_str());
-    wait_for(|| sleepers(&procfs, &["330", "331"]).len() == 2);
-    // The guardian's `kill -9`: the lock is free, no last line.
+    let marked = spawn(&format!("exec sleep {}", sleeps[1]), tree.as_str());
+    wait_for(|| sleepers(&signaller.procfs().clone(), &sleeps).len() == 2);
+    // The guardian's `kill -9`.
     recorder.abandon();
+    (tree, scrubbed, marked, members)
+}
 
-    let ctx = Context::open(Some(&scratch.0), uid, &boot, usize::MAX).expect("open");
-    let mut reconcile = Reconcile {
-        ctx: &ctx,
+/// Dead guardians' trees as macOS's commands find them, through the neutral
+/// reconcile over /proc and pidfds: `ps` shows one orphaned with its recorded member
+/// alive; `sweep` ends its two members (one named only by the member record, one
+/// only by the marker) and closes its record; a sentinel's takeover does the same to
+/// another tree, and nothing to a closed one.
+#[test]
+fn a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile() {
+    if !isolate("a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile") {
+        return;
+    }
+    use crate::history::Context;
+    use crate::portable::reconcile::Reconcile;
+    use crate::report::{SweepAction, TreeState};
+    let procfs = Procfs::new();
+    let signaller = Signaller::for_current_process(procfs.clone()).expect("signaller");
+    let (me, uid) = (signaller.me().pid, signaller.me().uid);
+    let boot = signaller.me().boot_id.clone();
+    let scratch = Scratch(std::env::temp_dir().join(format!("ut-portable-{}", unique_tree())));
+    let (tree, mut scrubbed, mut marked, members) =
+        dead_guardians_tree(&signaller, &scratch.0, ["330", "331"]);
+    let reconcile = |ctx| Reconcile {
+        ctx,
         uid,
         me,
         protect: vec![],
         backend: || Ok(LinuxOs::new(signaller.clone())),
     };
-    let rows = reconcile.ps(false).expect("ps");
+
+    let ctx = Context::open(Some(&scratch.0), uid, &boot, usize::MAX).expect("open");
+    let rows = reconcile(&ctx).ps(false).expect("ps");
     let row = rows
         .iter()
         .find(|r| r.id == tree.as_str())
         .expect("the tree");
     assert_eq!(row.state, TreeState::Orphaned, "{row:?}");
     assert_eq!(row.live_processes, 1, "the recorded member: {row:?}");
-    let report = reconcile
+    let report = reconcile(&ctx)
         .sweep(false, Duration::from_millis(300))
         .expect("sweep");
     let swept = report
@@ -440,27 +453,50 @@ fn a_dead_guardians_recorded_tree_is_shown_and_swept_by_the_neutral_reconcile() 
         .expect("swept");
     assert_eq!(swept.action, SweepAction::Swept, "{swept:?}");
     assert_eq!(swept.left_alive, 0);
-    assert!(
-        scrubbed.wait().expect("scrubbed").code().is_none(),
-        "killed"
-    );
-    assert!(marked.wait().expect("marked").code().is_none(), "killed");
+    assert!(killed(&mut scrubbed), "the recorded member was killed");
+    assert!(killed(&mut marked), "the marked member was killed");
     assert!(!members.exists(), "the member record went with the tree");
-    let after = Context::open(Some(&scratch.0), uid, &boot, usize::MAX).expect("reopen");
-    let rows = Reconcile {
-        ctx: &after,
-        uid,
-        me,
-        protect: vec![],
-        backend: || Ok(LinuxOs::new(signaller.clone())),
-    }
-    .ps(true)
-    .expect("ps --all");
+
+    let (second, mut scrubbed, mut marked, members) =
+        dead_guardians_tree(&signaller, &scratch.0, ["332", "333"]);
+    let ctx = Context::open(Some(&scratch.0), uid, &boot, usize::MAX).expect("reopen");
+    let rows = reconcile(&ctx).ps(true).expect("ps --all");
     let row = rows
         .iter()
         .find(|r| r.id == tree.as_str())
         .expect("the tree");
     assert_eq!(row.state, TreeState::Finished, "{row:?}");
+    let closed = reconcile(&ctx).take_over(tree.as_str(), Duration::from_millis(300));
+    assert!(
+        closed.expect("take over").is_none(),
+        "a closed tree is left alone"
+    );
+    let taken = reconcile(&ctx)
+        .take_over(second.as_str(), Duration::from_millis(300))
+        .expect("take over")
+        .expect("the second tree is taken over");
+    assert_eq!(taken.action, SweepAction::Swept, "{taken:?}");
+    assert!(killed(&mut scrubbed), "the recorded member was killed");
+    assert!(killed(&mut marked), "the marked member was killed");
+    assert!(!members.exists(), "the member record went with the tree");
+}
+
+/// Whether the test's child `child` ended by a signal within 20 s (a survivor
+/// fails the test instead of hanging it).
+fn killed(child: &mut Child) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.signal().is_some();
+        }
+        if Instant::now() >= until {
+            kill_own(child.id() as i32);
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn rand_bytes() -> [u8; 12] {
