@@ -1,15 +1,16 @@
-//! `undertaker run` on macOS, as named steps: signals → owner → record → CMD in
-//! its own process group with the tree's marker → the portable core's tracking
+//! `undertaker run` on macOS, as named steps: signals → owner → record → sentinel →
+//! CMD in its own process group with the tree's marker → the portable core's tracking
 //! until CMD exits, the owner dies or a stop is asked → the core's teardown with its
 //! freeze round → CMD's status (docs/PORTING.md, "macOS"; docs/TIERS.md, "portable").
 //!
-//! No sentinel yet: a `kill -9` of the guardian leaves the tree running until
-//! `undertaker sweep` (or `kill`) tears it down from its member record
-//! (docs/GUARANTEES.md, macOS column).
+//! Its sentinel (`sentinel.rs`) takes the tree over after the guardian's `kill -9`;
+//! after both, `undertaker sweep` (or `kill`) tears it down from its member record
+//! (docs/GUARANTEES.md, "macOS").
 
 use crate::exit_status::shell_status;
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::macos::commands::reconcile::boot_id;
+use crate::macos::commands::sentinel;
 use crate::macos::contain::owner::{self, Owner};
 use crate::macos::contain::portable::MacOs;
 use crate::portable::tracking::{self, Ended, Tracking, Watch};
@@ -26,6 +27,10 @@ use std::process::{Child, Command};
 const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    if let Some(request) = sentinel::requested() {
+        let state_dir = opts.guard.state_dir.as_deref();
+        return sentinel::run(&request, state_dir, opts.guard.grace);
+    }
     if opts.replace {
         return Err(RunError::Setup(
             "--replace is not available on macOS yet".into(),
@@ -75,7 +80,24 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         .is_recording()
         .then(|| tracking::members_path(state_dir, &tree))
         .flatten();
-    let protect: Vec<i32> = std::iter::once(own.ppid).chain(owner.pid()).collect();
+    // The sentinel, once the record exists for it to take over (docs/TIERS.md).
+    let grace = opts.guard.grace;
+    let sentinel = match record
+        .is_recording()
+        .then(|| sentinel::spawn(&tree, me, own.start, grace, state_dir))
+    {
+        None => None,
+        Some(Ok(child)) => Some(child.id() as i32),
+        Some(Err(why)) => {
+            tracing::warn!("no sentinel for tree {tree}: {why}");
+            record.note(&format!("no sentinel: {why}"));
+            None
+        }
+    };
+    let protect: Vec<i32> = [Some(own.ppid), owner.pid(), sentinel]
+        .into_iter()
+        .flatten()
+        .collect();
     let scope = tracking::scope(&mut os, &tree, uid, me, &protect, None);
     // 4. CMD, in its own process group, carrying the marker.
     let mut child = spawn(&opts.command, &tree)?;
