@@ -13,8 +13,10 @@ use crate::macos::commands::reconcile::boot_id;
 use crate::macos::commands::sentinel;
 use crate::macos::contain::owner::{self, Owner};
 use crate::macos::contain::portable::MacOs;
+use crate::macos::kernel::sys;
+use crate::macos::proof::signal;
 use crate::portable::tracking::{self, Ended, Tracking, Watch};
-use crate::portable::{ProcessTable, Wake};
+use crate::portable::{Member, ProcessTable, Signal, Wake, Why};
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
 use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier, RootRecord};
@@ -47,6 +49,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let mut os = MacOs::new().map_err(|e| setup("kqueue", e))?;
     os.watch_signals(&STOP_SIGNALS)
         .map_err(|e| setup("signals", e))?;
+    // The terminal is handed to CMD and taken back from the background.
+    sys::block_signals(&[libc::SIGTTOU]).map_err(|e| setup("signals", e))?;
     let me = std::process::id() as i32;
     let uid = rustix::process::getuid().as_raw();
     let own = os
@@ -111,6 +115,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
             uid: f.uid,
         });
     }
+    let terminal = hand_terminal(&mut os, own.pgid, pid);
     let mut tracking = Tracking::of_command(os, scope, pid, members);
     // 5. Watch CMD, the owner and our stop signals; track the members meanwhile.
     let ended = tracking.watch(pid, &mut Guard { owner: &mut owner });
@@ -135,6 +140,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         )),
         ..Default::default()
     })]);
+    if terminal {
+        let _ = sys::set_terminal_foreground(own.pgid);
+    }
     // 7. CMD's status is ours.
     let status = child
         .wait()
@@ -167,6 +175,26 @@ impl Watch<MacOs> for Guard<'_> {
     fn stop_asked(&mut self, os: &mut MacOs) -> bool {
         !os.take_signals().is_empty()
     }
+}
+
+/// When the guardian runs in the foreground of a terminal, CMD (in its own group)
+/// gets the terminal, as in a shell's job: an interactive command can read it. A
+/// read before the handover stopped it (SIGTTIN): it is continued. Returns whether
+/// the terminal was handed over (the guardian takes it back at the end).
+fn hand_terminal(os: &mut MacOs, own_pgid: i32, cmd: i32) -> bool {
+    if !sys::terminal_foreground_is(own_pgid) || sys::set_terminal_foreground(cmd).is_err() {
+        return false;
+    }
+    if let Some(f) = os.facts(cmd).filter(|f| f.stopped) {
+        let member = Member {
+            pid: cmd,
+            serial: f.serial,
+            start: f.start,
+            why: Why::Seed,
+        };
+        signal::deliver(&member, Signal::Cont);
+    }
+    true
 }
 
 fn spawn(command: &[std::ffi::OsString], tree: &TreeId) -> Result<Child, RunError> {
