@@ -2,7 +2,8 @@
 //! on Linux by scripts/cross/check.sh, run by the ci workflow's macOS job, never run
 //! yet. `doctor` probes libproc, `KERN_PROCARGS2`, kqueue and the boot session on the
 //! test process itself; `run` guards a tree on the portable tier until CMD exits, the
-//! owner dies or a SIGTERM comes; a guardian's `kill -9` leaves the tree for `sweep`;
+//! owner dies or a SIGTERM comes; its sentinel covers the guardian's `kill -9`, and
+//! `sweep` a `kill -9` of both;
 //! `kill` ends a live tree; `log` reads a state directory; `supervise` exits 125.
 #![cfg(target_os = "macos")]
 
@@ -201,11 +202,30 @@ fn sigterm_to_the_guardian_tears_down_and_exits_143() {
     assert!(!sleeping(grandchild, "4321"), "the grandchild survived");
 }
 
-/// No sentinel on macOS yet (docs/GUARANTEES.md, "macOS"): the tree outlives its
-/// guardian's `kill -9`, and one `sweep` ends it from the member record.
+/// The guardian's sentinel: the pid of its child that re-runs undertaker (its
+/// command line ends with the placeholder command).
+fn sentinel_of(guardian: u32) -> i32 {
+    let mut found = None;
+    assert!(within_30s(|| {
+        let out = Command::new("ps")
+            .args(["-A", "-o", "pid=,ppid=,command="])
+            .output()
+            .expect("ps");
+        found = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let pid: i32 = f.next()?.parse().ok()?;
+            let ppid: u32 = f.next()?.parse().ok()?;
+            (ppid == guardian && l.trim_end().ends_with("-- /usr/bin/true")).then_some(pid)
+        });
+        found.is_some()
+    }));
+    found.unwrap()
+}
+
+/// The guardian's `kill -9`: its sentinel tears the tree down, with no sweep.
 #[test]
-fn guardian_kill9_leaves_the_tree_for_one_sweep() {
-    let state = Scratch::new("sweep");
+fn guardian_kill9_is_covered_by_its_sentinel_without_sweep() {
+    let state = Scratch::new("sentinel");
     std::fs::create_dir_all(&state.0).unwrap();
     let file = state.0.join("grandchild");
     let mut guardian = run_in_background(
@@ -220,18 +240,54 @@ fn guardian_kill9_leaves_the_tree_for_one_sweep() {
         ],
     );
     let grandchild = pid_in(&file);
+    let _ = sentinel_of(guardian.id());
     // Long enough for a look to record the grandchild.
     std::thread::sleep(Duration::from_millis(500));
     guardian.kill().expect("the guardian's kill -9");
     let _ = guardian.wait();
     assert!(
-        sleeping(grandchild, "4331"),
+        within_30s(|| !sleeping(grandchild, "4331")),
+        "the sentinel left the grandchild"
+    );
+}
+
+/// Both undertaker processes `kill -9`ed: the tree lives until one `sweep`, which
+/// ends it from the member record.
+#[test]
+fn sentinel_and_guardian_kill9_leave_the_tree_for_one_sweep() {
+    let state = Scratch::new("sweep");
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut guardian = run_in_background(
+        &state,
+        &[
+            "--grace",
+            "300ms",
+            "--",
+            "/bin/sh",
+            "-c",
+            &tree_script(&file, "4351"),
+        ],
+    );
+    let grandchild = pid_in(&file);
+    let sentinel = sentinel_of(guardian.id());
+    std::thread::sleep(Duration::from_millis(500));
+    // The sentinel is the guardian's child, which the test started.
+    let sent = Command::new("kill")
+        .args(["-KILL", &sentinel.to_string()])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    guardian.kill().expect("the guardian's kill -9");
+    let _ = guardian.wait();
+    assert!(
+        sleeping(grandchild, "4351"),
         "the asserted residual: it lives until a sweep"
     );
     let out = undertaker(&state, &["sweep", "--grace", "300ms"]);
     assert!(out.status.success(), "{out:?}");
     assert!(
-        within_30s(|| !sleeping(grandchild, "4331")),
+        within_30s(|| !sleeping(grandchild, "4351")),
         "the sweep left the grandchild"
     );
 }

@@ -12,6 +12,11 @@
 //!   race.
 //! - [`record`]: the member stream the guardian writes (to its sentinel and to the
 //!   tree's record), and the lineage a takeover or a sweep seeds from it.
+//! - [`tracking`]: the guardian's members while the tree lives (the look every
+//!   100 ms, the member record), its watch loop, and the sweep of a recorded tree;
+//!   Linux's `--tier portable` and macOS run this one copy.
+//! - [`reconcile`]: `ps`, `sweep`, `kill` and a sentinel's takeover over the
+//!   registry (macOS's commands; tested on Linux).
 
 pub(crate) mod lineage;
 pub(crate) mod owner;

@@ -105,6 +105,23 @@ where
         Ok(SweepReport::of(dry_run, trees))
     }
 
+    /// A sentinel's takeover after its guardian died: tree `id` swept as `sweep`
+    /// would, unless its record is closed (the guardian finished) or its lock still
+    /// held (then it lives). `None`: nothing to do.
+    pub(crate) fn take_over(
+        &mut self,
+        id: &str,
+        grace: Duration,
+    ) -> Result<Option<TreeSweep>, Error> {
+        let Some(r) = self.ctx.trees()?.into_iter().find(|r| r.id == id) else {
+            return Ok(None);
+        };
+        if r.state.is_closed() || self.ctx.guardian_alive(id) {
+            return Ok(None);
+        }
+        self.sweep_tree(&r, false, grace, "sentinel").map(Some)
+    }
+
     /// A dead guardian's tree: its recorded members, lineage and marker, torn down
     /// with the freeze round (dry run: counted), then its record closed.
     fn sweep_tree(

@@ -91,7 +91,7 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
             TierCheck {
                 tier: Tier::Portable,
                 available: true,
-                detail: "the portable core over libproc and kqueue (lineage, marker, member record, freeze round); no sentinel yet: a killed guardian's tree waits for `sweep` (docs/TIERS.md)".into(),
+                detail: "the portable core over libproc and kqueue (lineage, marker, member record, freeze round); a sentinel process covers the guardian's `kill -9` (docs/TIERS.md)".into(),
             },
             linux_only(Tier::Cgroup),
             linux_only(Tier::Pidns),

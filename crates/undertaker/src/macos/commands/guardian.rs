@@ -1,19 +1,22 @@
-//! `undertaker run` on macOS, as named steps: signals → owner → record → CMD in
-//! its own process group with the tree's marker → the portable core's tracking
+//! `undertaker run` on macOS, as named steps: signals → owner → record → sentinel →
+//! CMD in its own process group with the tree's marker → the portable core's tracking
 //! until CMD exits, the owner dies or a stop is asked → the core's teardown with its
 //! freeze round → CMD's status (docs/PORTING.md, "macOS"; docs/TIERS.md, "portable").
 //!
-//! No sentinel yet: a `kill -9` of the guardian leaves the tree running until
-//! `undertaker sweep` (or `kill`) tears it down from its member record
-//! (docs/GUARANTEES.md, macOS column).
+//! Its sentinel (`sentinel.rs`) takes the tree over after the guardian's `kill -9`;
+//! after both, `undertaker sweep` (or `kill`) tears it down from its member record
+//! (docs/GUARANTEES.md, "macOS").
 
 use crate::exit_status::shell_status;
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::macos::commands::reconcile::boot_id;
+use crate::macos::commands::sentinel;
 use crate::macos::contain::owner::{self, Owner};
 use crate::macos::contain::portable::MacOs;
+use crate::macos::kernel::sys;
+use crate::macos::proof::signal;
 use crate::portable::tracking::{self, Ended, Tracking, Watch};
-use crate::portable::{ProcessTable, Wake};
+use crate::portable::{Member, ProcessTable, Signal, Wake, Why};
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
 use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier, RootRecord};
@@ -26,6 +29,10 @@ use std::process::{Child, Command};
 const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
+    if let Some(request) = sentinel::requested() {
+        let state_dir = opts.guard.state_dir.as_deref();
+        return sentinel::run(&request, state_dir, opts.guard.grace);
+    }
     if opts.replace {
         return Err(RunError::Setup(
             "--replace is not available on macOS yet".into(),
@@ -42,6 +49,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let mut os = MacOs::new().map_err(|e| setup("kqueue", e))?;
     os.watch_signals(&STOP_SIGNALS)
         .map_err(|e| setup("signals", e))?;
+    // The terminal is handed to CMD and taken back from the background.
+    sys::block_signals(&[libc::SIGTTOU]).map_err(|e| setup("signals", e))?;
     let me = std::process::id() as i32;
     let uid = rustix::process::getuid().as_raw();
     let own = os
@@ -75,7 +84,24 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         .is_recording()
         .then(|| tracking::members_path(state_dir, &tree))
         .flatten();
-    let protect: Vec<i32> = std::iter::once(own.ppid).chain(owner.pid()).collect();
+    // The sentinel, once the record exists for it to take over (docs/TIERS.md).
+    let grace = opts.guard.grace;
+    let sentinel = match record
+        .is_recording()
+        .then(|| sentinel::spawn(&tree, me, own.start, grace, state_dir))
+    {
+        None => None,
+        Some(Ok(child)) => Some(child.id() as i32),
+        Some(Err(why)) => {
+            tracing::warn!("no sentinel for tree {tree}: {why}");
+            record.note(&format!("no sentinel: {why}"));
+            None
+        }
+    };
+    let protect: Vec<i32> = [Some(own.ppid), owner.pid(), sentinel]
+        .into_iter()
+        .flatten()
+        .collect();
     let scope = tracking::scope(&mut os, &tree, uid, me, &protect, None);
     // 4. CMD, in its own process group, carrying the marker.
     let mut child = spawn(&opts.command, &tree)?;
@@ -89,6 +115,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
             uid: f.uid,
         });
     }
+    let terminal = hand_terminal(&mut os, own.pgid, pid);
     let mut tracking = Tracking::of_command(os, scope, pid, members);
     // 5. Watch CMD, the owner and our stop signals; track the members meanwhile.
     let ended = tracking.watch(pid, &mut Guard { owner: &mut owner });
@@ -113,6 +140,9 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         )),
         ..Default::default()
     })]);
+    if terminal {
+        let _ = sys::set_terminal_foreground(own.pgid);
+    }
     // 7. CMD's status is ours.
     let status = child
         .wait()
@@ -145,6 +175,26 @@ impl Watch<MacOs> for Guard<'_> {
     fn stop_asked(&mut self, os: &mut MacOs) -> bool {
         !os.take_signals().is_empty()
     }
+}
+
+/// When the guardian runs in the foreground of a terminal, CMD (in its own group)
+/// gets the terminal, as in a shell's job: an interactive command can read it. A
+/// read before the handover stopped it (SIGTTIN): it is continued. Returns whether
+/// the terminal was handed over (the guardian takes it back at the end).
+fn hand_terminal(os: &mut MacOs, own_pgid: i32, cmd: i32) -> bool {
+    if !sys::terminal_foreground_is(own_pgid) || sys::set_terminal_foreground(cmd).is_err() {
+        return false;
+    }
+    if let Some(f) = os.facts(cmd).filter(|f| f.stopped) {
+        let member = Member {
+            pid: cmd,
+            serial: f.serial,
+            start: f.start,
+            why: Why::Seed,
+        };
+        signal::deliver(&member, Signal::Cont);
+    }
+    true
 }
 
 fn spawn(command: &[std::ffi::OsString], tree: &TreeId) -> Result<Child, RunError> {

@@ -27,7 +27,7 @@ fn uid() -> u32 {
 }
 
 /// The reconciler as this process: never our parent, a backend per tree.
-fn reconcile(ctx: &Context) -> Reconcile<'_, impl FnMut() -> std::io::Result<MacOs>> {
+pub fn reconcile(ctx: &Context) -> Reconcile<'_, impl FnMut() -> std::io::Result<MacOs>> {
     let parent = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
     Reconcile {
         ctx,

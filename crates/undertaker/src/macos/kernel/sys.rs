@@ -307,3 +307,18 @@ pub fn take_inherited_fd(n: c_int) -> io::Result<OwnedFd> {
     // it was inherited, and `--owner-fd` names it once.
     Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
+
+/// Whether stdin is a terminal whose foreground group is `pgid` (the guardian's,
+/// started from an interactive shell).
+pub fn terminal_foreground_is(pgid: i32) -> bool {
+    let stdin = rustix::stdio::stdin();
+    rustix::termios::isatty(stdin)
+        && rustix::termios::tcgetpgrp(stdin).is_ok_and(|p| p.as_raw_nonzero().get() == pgid)
+}
+
+/// Makes `pgid` the foreground group of stdin's terminal (SIGTTOU must be blocked:
+/// a background caller would be stopped by it).
+pub fn set_terminal_foreground(pgid: i32) -> io::Result<()> {
+    let pgid = rustix::process::Pid::from_raw(pgid).ok_or(io::ErrorKind::InvalidInput)?;
+    Ok(rustix::termios::tcsetpgrp(rustix::stdio::stdin(), pgid)?)
+}
