@@ -81,6 +81,9 @@ pub(crate) mod selector;
 pub mod settings;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) mod snapshot;
+// `supervise`'s neutral serve loop: Windows and macOS run it; Linux tests it.
+#[cfg(any(windows, target_os = "macos", test))]
+pub(crate) mod supervisor;
 // The platform, chosen once: each module exports the same commands (`run`, `ps`, …,
 // `lock_file`) for api.rs; a port adds one sibling folder and one arm here
 // (docs/PORTING.md). Inside a platform its layers keep their own name.

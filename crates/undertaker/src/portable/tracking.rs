@@ -126,6 +126,11 @@ impl<T: ProcessTable + Waker> Tracking<T> {
         &mut self.os
     }
 
+    /// Whether the process with `serial` was proven a member.
+    pub(crate) fn holds(&self, serial: super::Serial) -> bool {
+        self.lineage.is_member(serial)
+    }
+
     /// The proven members the table still shows.
     pub(crate) fn live(&mut self) -> usize {
         self.lineage.live(&mut self.os).len()

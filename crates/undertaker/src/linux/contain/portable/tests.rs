@@ -243,3 +243,6 @@ fn a_stranger_on_a_recycled_member_number_is_never_signalled() {
 // The core's guardian loop, `ps`, `sweep` and the sentinel's takeover over real
 // processes: what macOS's commands run (docs/PORTING.md, "The macOS backend").
 mod commands;
+
+// `supervise` as macOS serves it: the neutral serve loop over the core's trees.
+mod supervise;

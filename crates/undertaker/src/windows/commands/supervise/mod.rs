@@ -1,4 +1,5 @@
-//! `undertaker supervise` on Windows (docs/SUPERVISE.md; docs/PORTING.md, "Windows").
+//! `undertaker supervise` on Windows (docs/SUPERVISE.md; docs/PORTING.md, "Windows"):
+//! the neutral serve loop (`crate::supervisor`) over Job Objects.
 //!
 //! One process, one kill-on-close job per tree, and only this process holds the job
 //! handles: when it dies, however it dies, the kernel closes every job and
@@ -14,26 +15,23 @@ mod tree;
 
 use crate::escalation::Escalation;
 use crate::protocol::framing::{Frame, LineFramer};
-use crate::protocol::reply;
-use crate::protocol::wire::{
-    AdoptReply, HeldTier, HelloReply, KillReply, ListReply, ListedTree, OkReply, OwnerPid,
-    RegisterReply, ReleaseReply, SpawnReply, TreeKind, UnregisterReply,
-};
+use crate::protocol::wire::{HeldTier, HelloReply, OwnerPid, TreeKind};
 use crate::protocol::{
-    parse_line, ErrorCode, ProtocolError, RefusalReason, Request, MAX_LINE, PROTOCOL_VERSION,
+    ErrorCode, ProtocolError, RefusalReason, Request, SpawnRequest, PROTOCOL_VERSION,
 };
 use crate::registry::refusal_log::RefusalLog;
 use crate::registry::{OwnerKind, OwnerRecord};
+use crate::supervisor::{Channel, Next, Supervisor, Trees};
 use crate::windows::commands::guardian::BOOT_ID;
 use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
 use crate::windows::proof::teardown::{self, Outcome};
 use crate::{RunError, SuperviseOptions, Tier};
-use std::io::{Read, Write};
-use std::os::windows::io::AsHandle;
+use std::io::Read;
+use std::os::windows::io::{AsHandle, OwnedHandle};
 use std::sync::mpsc;
 use std::time::Duration;
-use tree::{Setup, Tree};
+use tree::{Held, Setup, Tree};
 
 /// How often the serve loop looks at the owner, the roots and the stop events when
 /// no line arrives.
@@ -44,14 +42,6 @@ enum Input {
     Frame(Frame),
     /// End of file (or a read error): the host is gone.
     End,
-}
-
-/// Why serving ended: every tree is torn down either way.
-#[derive(Debug, Clone, Copy)]
-enum End {
-    Input,
-    Owner,
-    Console,
 }
 
 /// The owner as `register` proves parentage against: its pid and creation time.
@@ -80,8 +70,8 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     }
     // 2. The channel: a thread cuts standard input into bounded lines.
     let lines = read_lines_in_background()?;
-    // 3. Serve until the host is gone.
-    let mut sup = Supervisor {
+    // 3. Serve until the host is gone, then every tree at once; exit 0.
+    let jobs = Jobs {
         setup: Setup {
             state_dir: opts.state_dir.as_deref(),
             label: opts.label.as_deref(),
@@ -90,13 +80,14 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         owner_id,
         me: sys::current_pid(),
         esc: Escalation::with_grace(opts.grace),
-        trees: Vec::new(),
-        refusals: RefusalLog::new(opts.state_dir.clone(), 0, BOOT_ID.into()),
     };
-    let end = sup.serve(&lines, &owner, &console);
-    tracing::debug!("supervise: {end:?}: tearing every tree down");
-    // 4. Every tree at once, then exit 0.
-    sup.tear_down_all();
+    let refusals = RefusalLog::new(opts.state_dir.clone(), 0, BOOT_ID.into());
+    let mut channel = Lines {
+        lines,
+        owner: &owner,
+        console,
+    };
+    Supervisor::new(jobs, std::io::stdout(), refusals).run(&mut channel);
     Ok(0)
 }
 
@@ -148,209 +139,67 @@ fn read_lines_in_background() -> Result<mpsc::Receiver<Input>, RunError> {
     Ok(rx)
 }
 
-/// One JSON line to the host. A host that stopped reading blocks this write (Windows
-/// pipes have no non-blocking write for a shared handle); its death ends the read
-/// side, which ends the supervisor.
-fn emit(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(line.as_bytes());
-    let _ = out.flush();
+/// Standard input's lines (from the reader thread), the owner and the console.
+struct Lines<'a> {
+    lines: mpsc::Receiver<Input>,
+    owner: &'a Owner,
+    console: OwnedHandle,
 }
 
-struct Supervisor<'a> {
+fn signalled(h: std::os::windows::io::BorrowedHandle<'_>) -> bool {
+    matches!(sys::wait_any(&[h], Some(Duration::ZERO)), Ok(Some(0)))
+}
+
+impl Channel for Lines<'_> {
+    fn next(&mut self) -> Next {
+        match self.lines.recv_timeout(TICK) {
+            Ok(Input::Frame(f)) => Next::Frame(f),
+            Ok(Input::End) | Err(mpsc::RecvTimeoutError::Disconnected) => Next::End,
+            Err(mpsc::RecvTimeoutError::Timeout) => Next::Tick,
+        }
+    }
+
+    fn owner_gone(&mut self) -> bool {
+        self.owner.waitable().is_some_and(signalled)
+    }
+
+    fn stop_asked(&mut self) -> bool {
+        signalled(self.console.as_handle())
+    }
+}
+
+/// The trees as kill-on-close jobs.
+struct Jobs<'a> {
     setup: Setup<'a>,
     owner_id: Option<OwnerId>,
     me: u32,
     esc: Escalation,
-    trees: Vec<Tree>,
-    /// Where refusals go besides the reply (a host may never read replies).
-    refusals: RefusalLog,
 }
 
-impl Supervisor<'_> {
-    fn serve(
-        &mut self,
-        lines: &mpsc::Receiver<Input>,
-        owner: &Owner,
-        console: &std::os::windows::io::OwnedHandle,
-    ) -> End {
-        let signalled = |h| matches!(sys::wait_any(&[h], Some(Duration::ZERO)), Ok(Some(0)));
-        loop {
-            match lines.recv_timeout(TICK) {
-                Ok(Input::Frame(Frame::Line(line))) => {
-                    // Each request is acted on only while the owner lives.
-                    if owner.waitable().is_some_and(signalled) {
-                        return End::Owner;
-                    }
-                    self.handle(&line);
-                }
-                Ok(Input::Frame(Frame::TooLong)) => emit(&reply::error(&ProtocolError::new(
-                    ErrorCode::LineTooLong,
-                    format!("line longer than {MAX_LINE} bytes"),
-                ))),
-                Ok(Input::End) | Err(mpsc::RecvTimeoutError::Disconnected) => return End::Input,
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-            if owner.waitable().is_some_and(signalled) {
-                return End::Owner;
-            }
-            if signalled(console.as_handle()) {
-                return End::Console;
-            }
-            self.watch_trees();
+impl Trees for Jobs<'_> {
+    type Held = Held;
+
+    fn hello(&self) -> HelloReply {
+        HelloReply {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").into(),
+            tier: HeldTier::Job,
+            pid: self.me as i32,
+            owner: OwnerPid {
+                pid: self.owner_id.map(|o| o.pid as i32),
+            },
+            socket: false,
         }
     }
 
-    fn handle(&mut self, line: &[u8]) {
-        let envelope = match parse_line(line) {
-            Ok(None) => return,
-            Ok(Some(e)) => e,
-            Err(e) => return emit(&reply::error(&e)),
-        };
-        let op = envelope.request.op();
-        let pgid = match envelope.request {
-            Request::Register { pgid } | Request::Unregister { pgid } => Some(pgid),
-            _ => None,
-        };
-        let target = match envelope.request {
-            Request::Adopt { pid } => pid,
-            _ => pgid,
-        };
-        match self.answer(envelope.request) {
-            Ok(answer) => emit(&reply::ok(envelope.id.as_ref(), &answer)),
-            Err(e) => {
-                let refusal = e.reason.map(|r| (r, e.message.clone()));
-                emit(&reply::error(&e.answering(op, envelope.id, pgid)));
-                // After the reply: the host is not kept waiting for the database.
-                if let Some((reason, message)) = refusal {
-                    self.refusals
-                        .refused(op.as_str(), target, reason.as_str(), &message);
-                }
-            }
-        }
-    }
-
-    fn answer(&mut self, request: Request) -> Result<OkReply, ProtocolError> {
-        match request {
-            Request::Hello => Ok(OkReply::Hello(HelloReply {
-                protocol: PROTOCOL_VERSION,
-                version: env!("CARGO_PKG_VERSION").into(),
-                tier: HeldTier::Job,
-                pid: self.me as i32,
-                owner: OwnerPid {
-                    pid: self.owner_id.map(|o| o.pid as i32),
-                },
-                socket: false,
-            })),
-            Request::Spawn(req) => {
-                let tree = self.setup.spawn(&req)?;
-                let answer = SpawnReply {
-                    tree: tree.id.to_string(),
-                    pid: tree.root_pid as i32,
-                };
-                self.trees.push(tree);
-                Ok(OkReply::Spawn(answer))
-            }
-            Request::Register { pgid } => {
-                let existing = self.trees.iter().find(|t| {
-                    t.kind == TreeKind::Register && t.root_pid as i32 == pgid && t.root_alive()
-                });
-                if let Some(t) = existing {
-                    return Ok(OkReply::Register(RegisterReply {
-                        pgid,
-                        tree: t.id.to_string(),
-                        members: t.live(),
-                    }));
-                }
-                let (tree, members) = self.take(TreeKind::Register, pgid)?;
-                Ok(OkReply::Register(RegisterReply {
-                    pgid,
-                    tree,
-                    members,
-                }))
-            }
-            Request::Adopt { pid: Some(pid) } => {
-                let (tree, members) = self.take(TreeKind::Adopt, pid)?;
-                Ok(OkReply::Adopt(AdoptReply {
-                    pid: Some(pid),
-                    pgid: None,
-                    tree,
-                    members,
-                }))
-            }
-            Request::Adopt { pid: None } => Err(ProtocolError::new(
-                ErrorCode::BadRequest,
-                "adopt needs `pid` on Windows: a pidfd travels only on a Unix socket (Linux)",
-            )),
-            Request::AdoptGroup { .. } => Err(ProtocolError::new(
-                ErrorCode::BadRequest,
-                "adopt by snapshot names a process group, which Windows has not: adopt by `pid`",
-            )),
-            Request::Unregister { pgid } => {
-                let Some(i) = self
-                    .trees
-                    .iter()
-                    .rposition(|t| t.kind == TreeKind::Register && t.root_pid as i32 == pgid)
-                else {
-                    return Err(ProtocolError::new(
-                        ErrorCode::NotRegistered,
-                        format!("pgid {pgid} is not registered"),
-                    ));
-                };
-                let tree = self.trees.remove(i);
-                let id = tree.id.to_string();
-                tree.release()
-                    .map_err(|e| ProtocolError::new(ErrorCode::Refused, e))?;
-                Ok(OkReply::Unregister(UnregisterReply { pgid, tree: id }))
-            }
-            Request::Kill { tree } => {
-                let i = self.find(tree.as_str())?;
-                let tree = self.trees.remove(i);
-                let id = tree.id.to_string();
-                let live = self.close(tree, "kill: tearing the tree down");
-                Ok(OkReply::Kill(KillReply { tree: id, live }))
-            }
-            Request::Release { tree } => {
-                let i = self.find(tree.as_str())?;
-                let tree = self.trees.remove(i);
-                let id = tree.id.to_string();
-                tree.release()
-                    .map_err(|e| ProtocolError::new(ErrorCode::Refused, e))?;
-                Ok(OkReply::Release(ReleaseReply { tree: id }))
-            }
-            Request::List => Ok(OkReply::List(ListReply {
-                trees: self
-                    .trees
-                    .iter()
-                    .map(|t| {
-                        let alive = t.root_alive();
-                        ListedTree {
-                            tree: t.id.to_string(),
-                            kind: t.kind,
-                            pid: Some(t.root_pid as i32),
-                            pgid: alive.then_some(t.root_pid as i32),
-                            label: t.label.clone(),
-                            live: t.live(),
-                        }
-                    })
-                    .collect(),
-            })),
-        }
-    }
-
-    fn find(&self, tree: &str) -> Result<usize, ProtocolError> {
-        self.trees
-            .iter()
-            .position(|t| t.id.as_str() == tree)
-            .ok_or_else(|| {
-                ProtocolError::new(ErrorCode::UnknownTree, format!("no tree {tree} here"))
-            })
+    fn spawn(&mut self, req: &SpawnRequest) -> Result<Tree, ProtocolError> {
+        self.setup.spawn(req)
     }
 
     /// Proves `pid` (the owner's child, created after the owner: Windows' parent
     /// pid is never updated, so an older process is a stranger on a reused number),
     /// then takes it and its descendants into a new job.
-    fn take(&mut self, kind: TreeKind, pid: i32) -> Result<(String, u64), ProtocolError> {
+    fn take(&mut self, kind: TreeKind, pid: i32, held: &[Tree]) -> Result<Tree, ProtocolError> {
         let refused =
             |reason, why: String| Err(ProtocolError::refused(reason, format!("pid {pid}: {why}")));
         let number = pid as u32;
@@ -367,10 +216,9 @@ impl Supervisor<'_> {
         if sys::exit_code(process.as_handle()).is_some() {
             return refused(RefusalReason::NoSuchProcess, "it has exited".into());
         }
-        if self
-            .trees
+        if held
             .iter()
-            .any(|t| sys::is_in_job(process.as_handle(), t.job.handle()).unwrap_or(false))
+            .any(|t| sys::is_in_job(process.as_handle(), t.held.job.handle()).unwrap_or(false))
         {
             return refused(
                 RefusalReason::AlreadyGuarded,
@@ -401,90 +249,70 @@ impl Supervisor<'_> {
             adopted.assigned,
             adopted.rounds
         );
-        let id = tree.id.to_string();
-        let members = tree.live();
-        self.trees.push(tree);
-        Ok((id, members))
+        Ok(tree)
     }
 
-    /// Trees that ended on their own or were asked to: a spawned root that exited
-    /// (its `exited` event, then the rest torn down as `run` does), a stop event set
-    /// by `undertaker kill`, a taken tree whose job emptied (closed quietly).
-    fn watch_trees(&mut self) {
-        let mut i = 0;
-        while i < self.trees.len() {
-            let t = &self.trees[i];
-            let why = if t.stop_asked() {
-                Some("undertaker kill: tearing the tree down")
-            } else if matches!(t.root, tree::Root::Child(_)) && !t.root_alive() {
-                Some("root exited: tearing the rest down")
-            } else if !matches!(t.root, tree::Root::Child(_)) && t.live() == 0 {
-                Some("every process of the tree has exited")
-            } else {
-                None
-            };
-            match why {
-                Some(why) => {
-                    let tree = self.trees.remove(i);
-                    self.close(tree, why);
-                }
-                None => i += 1,
+    fn cannot(&self, request: &Request) -> ProtocolError {
+        let why = match request {
+            Request::AdoptGroup { .. } => {
+                "adopt by snapshot names a process group, which Windows has not: adopt by `pid`"
             }
-        }
-    }
-
-    /// Tears one tree down, closes its record; a spawned tree's root status goes out
-    /// as `exited` (at once when the root has already exited, else once the teardown
-    /// collected it), then `ended`. Returns its processes still running afterwards.
-    fn close(&self, mut tree: Tree, why: &str) -> u64 {
-        tree.record.note(why);
-        if !tree.root_alive() {
-            self.root_exited(&mut tree);
-        }
-        let mut entries = Vec::new();
-        let outcome =
-            teardown::teardown(&tree.job, tree.root_pid, self.esc, &mut |e| entries.push(e));
-        tree.audit(entries);
-        self.finish(tree, outcome)
-    }
-
-    /// Sends a spawned root's `exited` once (its status is collected then).
-    fn root_exited(&self, tree: &mut Tree) {
-        if tree.status.is_none() {
-            tree.status = tree.root_status();
-            if let Some(status) = tree.status {
-                emit(&reply::exited(&tree.id, tree.root_pid as i32, status));
-            }
-        }
-    }
-
-    fn finish(&self, mut tree: Tree, outcome: Outcome) -> u64 {
-        self.root_exited(&mut tree);
-        let live = match outcome {
-            Outcome::Stuck(n) => n,
-            _ => 0,
+            _ => "adopt needs `pid` on Windows: a pidfd travels only on a Unix socket (Linux)",
         };
-        if matches!(tree.root, tree::Root::Child(_)) {
-            emit(&reply::ended(&tree.id, live));
-        }
-        tree.record
-            .finish(if live > 0 { Some(125) } else { tree.status });
-        live as u64
+        ProtocolError::new(ErrorCode::BadRequest, why)
     }
 
-    /// End of input, the owner's death or the console closing: every tree at once.
-    fn tear_down_all(&mut self) {
-        let trees = std::mem::take(&mut self.trees);
-        for t in &trees {
-            t.record.note("supervisor ending: tearing every tree down");
-        }
+    fn root_alive(&mut self, tree: &mut Tree) -> bool {
+        tree.held.root_alive()
+    }
+
+    fn live(&mut self, tree: &mut Tree) -> u64 {
+        tree.held.live()
+    }
+
+    fn stop_asked(&mut self, tree: &Tree) -> bool {
+        tree.held.stop_asked()
+    }
+
+    fn root_status(&mut self, tree: &mut Tree) -> Option<i32> {
+        tree.held.root_status()
+    }
+
+    /// A job needs no look: the kernel puts every descendant in it.
+    fn look(&mut self, _tree: &mut Tree) {}
+
+    fn release(&mut self, tree: Tree) -> Result<(), String> {
+        tree::release(tree)
+    }
+
+    fn tear_down(&mut self, trees: &mut [Tree]) -> Vec<usize> {
         let mut entries: Vec<Vec<crate::registry::AuditEntry>> = vec![Vec::new(); trees.len()];
-        let pairs: Vec<_> = trees.iter().map(|t| (&t.job, t.root_pid)).collect();
-        let outcomes =
-            teardown::teardown_together(&pairs, self.esc, &mut |i, e| entries[i].push(e));
-        for ((tree, outcome), entries) in trees.into_iter().zip(outcomes).zip(entries) {
-            tree.audit(entries);
-            self.finish(tree, outcome);
-        }
+        let outcomes = match trees {
+            [one] => vec![teardown::teardown(
+                &one.held.job,
+                one.root_pid as u32,
+                self.esc,
+                &mut |e| entries[0].push(e),
+            )],
+            _ => {
+                let pairs: Vec<_> = trees
+                    .iter()
+                    .map(|t| (&t.held.job, t.root_pid as u32))
+                    .collect();
+                teardown::teardown_together(&pairs, self.esc, &mut |i, e| entries[i].push(e))
+            }
+        };
+        trees
+            .iter()
+            .zip(outcomes)
+            .zip(entries)
+            .map(|((tree, outcome), entries)| {
+                tree::audit(tree, entries);
+                match outcome {
+                    Outcome::Stuck(n) => n,
+                    _ => 0,
+                }
+            })
+            .collect()
     }
 }

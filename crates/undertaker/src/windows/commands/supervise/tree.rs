@@ -1,11 +1,13 @@
-//! One tree of the Windows supervisor: its kill-on-close job (only the supervisor
-//! holds the handle), its root, its record and the stop event `undertaker kill` sets.
+//! What the Windows supervisor holds of one tree (the neutral
+//! [`crate::supervisor::Tree`] has the rest): its kill-on-close job (only the
+//! supervisor holds the handle), its root and the stop event `undertaker kill` sets.
 
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::protocol::wire::TreeKind;
 use crate::protocol::{ErrorCode, ProtocolError, RefusalReason, SpawnRequest};
 use crate::registry::record_file::Line;
 use crate::registry::OwnerRecord;
+use crate::supervisor;
 use crate::windows::commands::guardian::{stop_event_name, BOOT_ID};
 use crate::windows::commands::record::Recorder;
 use crate::windows::contain::adopt::{self, Adopted};
@@ -22,18 +24,13 @@ pub enum Root {
     Taken(OwnedHandle),
 }
 
-pub struct Tree {
-    pub id: TreeId,
-    pub kind: TreeKind,
+pub struct Held {
     pub job: Job,
-    pub root_pid: u32,
     pub root: Root,
-    pub label: Option<String>,
-    pub record: Recorder,
     pub stop: Option<OwnedHandle>,
-    /// A spawned root's status, once collected (its `exited` was sent).
-    pub status: Option<i32>,
 }
+
+pub type Tree = supervisor::Tree<Held>;
 
 /// Where new trees are recorded, and whose they are.
 pub struct Setup<'a> {
@@ -103,13 +100,15 @@ impl Setup<'_> {
         Ok(Tree {
             id,
             kind: TreeKind::Spawn,
-            job,
-            root_pid: started.pid,
-            root: Root::Child(started.child),
+            root_pid: started.pid as i32,
             label,
             record,
-            stop,
             status: None,
+            held: Held {
+                job,
+                root: Root::Child(started.child),
+                stop,
+            },
         })
     }
 
@@ -149,19 +148,21 @@ impl Setup<'_> {
         let tree = Tree {
             id,
             kind,
-            job,
-            root_pid: pid,
-            root: Root::Taken(process),
+            root_pid: pid as i32,
             label,
             record,
-            stop,
             status: None,
+            held: Held {
+                job,
+                root: Root::Taken(process),
+                stop,
+            },
         };
         Ok((tree, adopted))
     }
 }
 
-impl Tree {
+impl Held {
     pub fn root_handle(&self) -> BorrowedHandle<'_> {
         match &self.root {
             Root::Child(c) => c.as_handle(),
@@ -195,18 +196,18 @@ impl Tree {
             Root::Taken(_) => None,
         }
     }
+}
 
-    /// Stops guarding: kill-on-close is cleared before the handle closes, so the
-    /// members outlive the job and the supervisor; the record says `released`.
-    pub fn release(mut self) -> Result<(), String> {
-        sys::set_kill_on_close(self.job.handle(), false)
-            .map_err(|e| format!("clearing kill-on-close: {e}"))?;
-        self.record.release();
-        Ok(())
-    }
+/// Stops guarding: kill-on-close is cleared before the handle closes, so the
+/// members outlive the job and the supervisor; the record says `released`.
+pub fn release(mut tree: Tree) -> Result<(), String> {
+    sys::set_kill_on_close(tree.held.job.handle(), false)
+        .map_err(|e| format!("clearing kill-on-close: {e}"))?;
+    tree.record.release();
+    Ok(())
+}
 
-    pub fn audit(&self, entries: Vec<crate::registry::AuditEntry>) {
-        let lines: Vec<Line> = entries.into_iter().map(Line::Audit).collect();
-        self.record.write(&lines);
-    }
+pub fn audit(tree: &Tree, entries: Vec<crate::registry::AuditEntry>) {
+    let lines: Vec<Line> = entries.into_iter().map(Line::Audit).collect();
+    tree.record.write(&lines);
 }
