@@ -4,7 +4,8 @@
 //! test process itself; `run` guards a tree on the portable tier until CMD exits, the
 //! owner dies or a SIGTERM comes; its sentinel covers the guardian's `kill -9`, and
 //! `sweep` a `kill -9` of both;
-//! `kill` ends a live tree; `log` reads a state directory; `supervise` exits 125.
+//! `kill` ends a live tree; `log` reads a state directory; `supervise` spawns a tree
+//! and tears it down at the end of its input.
 #![cfg(target_os = "macos")]
 
 use std::path::{Path, PathBuf};
@@ -320,12 +321,44 @@ fn kill_of_a_live_tree_by_label_ends_it() {
     assert!(!sleeping(grandchild, "4341"), "the grandchild survived");
 }
 
+/// `supervise` over its standard input: `hello` says the portable tier, `spawn`
+/// starts a tree whose grandchild is tracked, `list` shows it; the input's end tears
+/// it down and the supervisor exits 0.
 #[test]
-fn supervise_says_it_is_not_available_and_exits_125() {
+fn supervise_spawns_a_tree_and_tears_it_down_at_the_end_of_input() {
+    use std::io::{BufRead, BufReader, Write};
     let state = Scratch::new("supervise");
-    let out = undertaker(&state, &["supervise"]);
-    assert_eq!(out.status.code(), Some(125), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available on macOS"));
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let mut sup = Command::new(env!("CARGO_BIN_EXE_undertaker"))
+        .arg("--state-dir")
+        .arg(&state.0)
+        .args(["supervise", "--grace", "300ms"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("undertaker starts");
+    let mut input = sup.stdin.take().unwrap();
+    let mut replies = BufReader::new(sup.stdout.take().unwrap()).lines();
+    let mut ask = |line: String| -> serde_json::Value {
+        input.write_all(format!("{line}\n").as_bytes()).unwrap();
+        serde_json::from_str(&replies.next().unwrap().unwrap()).unwrap()
+    };
+    let hello = ask(r#"{"op":"hello"}"#.into());
+    assert_eq!(hello["tier"], "portable", "{hello}");
+    let argv = serde_json::json!(["/bin/sh", "-c", tree_script(&file, "4351")]);
+    let spawned = ask(format!(r#"{{"op":"spawn","argv":{argv}}}"#));
+    assert_eq!(spawned["ok"], true, "{spawned}");
+    let grandchild = pid_in(&file);
+    let listed = ask(r#"{"op":"list"}"#.into());
+    assert_eq!(listed["trees"][0]["tree"], spawned["tree"], "{listed}");
+    drop(input);
+    assert!(
+        within_30s(|| sup.try_wait().unwrap().is_some()),
+        "the supervisor never finished"
+    );
+    assert_eq!(sup.wait().unwrap().code(), Some(0));
+    assert!(!sleeping(grandchild, "4351"), "the grandchild survived");
 }
 
 #[test]

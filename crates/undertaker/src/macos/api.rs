@@ -1,11 +1,11 @@
 //! The commands as macOS runs them: what the crate's one platform edge (`mod os` in
 //! lib.rs) exports, the same functions on every platform (docs/PORTING.md). `run`,
-//! `ps`, `sweep`, `kill`, `log` and `doctor` run the portable core over libproc and
-//! kqueue; `supervise` says `Unsupported` (exit 125). Type-checked here, its logic
-//! tested on Linux, not yet run on a Mac.
+//! `ps`, `sweep`, `kill`, `log`, `doctor` and `supervise` run the portable core over
+//! libproc and kqueue. Type-checked here, its logic tested on Linux, not yet run on
+//! a Mac.
 
 use crate::history;
-use crate::macos::commands::{doctor as doctor_macos, guardian, reconcile};
+use crate::macos::commands::{doctor as doctor_macos, guardian, reconcile, supervise as serve};
 use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
 use std::path::{Path, PathBuf};
@@ -15,10 +15,8 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     guardian::run(opts)
 }
 
-pub fn supervise(_opts: &SuperviseOptions) -> Result<i32, RunError> {
-    Err(RunError::Setup(
-        "supervise is not available on macOS yet: guard each server with `undertaker run` (docs/PORTING.md, \"macOS\")".into(),
-    ))
+pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
+    serve::run(opts)
 }
 
 /// The state directory as every platform reads it (`log`).

@@ -20,13 +20,13 @@ use crate::portable::{Member, ProcessTable, Signal, Wake, Why};
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
 use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier, RootRecord};
+use crate::supervisor::portable::random;
 use crate::{RunError, RunOptions, Tier};
-use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command};
 
 /// The signals that ask the guardian to tear down, never end it.
-const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+pub(crate) const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if let Some(request) = sentinel::requested() {
@@ -212,11 +212,4 @@ fn spawn(command: &[std::ffi::OsString], tree: &TreeId) -> Result<Child, RunErro
             std::io::ErrorKind::PermissionDenied => RunError::NotExecutable(name, e.to_string()),
             _ => RunError::Setup(format!("{name}: {e}")),
         })
-}
-
-/// 12 random bytes for the tree's id.
-fn random() -> std::io::Result<[u8; 12]> {
-    let mut bytes = [0u8; 12];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes)
 }

@@ -99,7 +99,7 @@ impl Owner {
         match self {
             Owner::Process(watched) => watched.gone(os, wakes),
             Owner::Pipe(fd) => {
-                let _ = os.take_readable();
+                let _ = os.take_readable(fd.as_fd());
                 let mut buf = [0u8; 4096];
                 loop {
                     match rustix::io::read(&*fd, &mut buf) {

@@ -12,7 +12,7 @@ use crate::portable::{Delivery, Facts, Member, ProcessTable, Signal, Wake, Waker
 use rustix::event::kqueue::ProcessEvents;
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// libproc and one kqueue as a [`ProcessTable`] and [`Waker`].
@@ -22,8 +22,8 @@ pub struct MacOs {
     epoch: Instant,
     /// Watched signals sent to us, not yet taken.
     signalled: Vec<i32>,
-    /// A watched descriptor was readable (or at end of file) since the last take.
-    readable: bool,
+    /// Watched descriptors found readable (or at end of file), not yet taken.
+    readable: HashSet<RawFd>,
 }
 
 impl MacOs {
@@ -33,7 +33,7 @@ impl MacOs {
             watched: HashSet::new(),
             epoch: Instant::now(),
             signalled: Vec::new(),
-            readable: false,
+            readable: HashSet::new(),
         })
     }
 
@@ -57,9 +57,9 @@ impl MacOs {
         std::mem::take(&mut self.signalled)
     }
 
-    /// Whether a watched descriptor woke a wait since the last take.
-    pub fn take_readable(&mut self) -> bool {
-        std::mem::take(&mut self.readable)
+    /// Whether `fd` (watched) woke a wait since its last take.
+    pub fn take_readable(&mut self, fd: BorrowedFd<'_>) -> bool {
+        self.readable.remove(&fd.as_raw_fd())
     }
 }
 
@@ -123,8 +123,8 @@ impl Waker for MacOs {
                     self.signalled.push(signal);
                     continue;
                 }
-                KernelEvent::Readable(_) => {
-                    self.readable = true;
+                KernelEvent::Readable(fd) => {
+                    self.readable.insert(fd);
                     continue;
                 }
             };
