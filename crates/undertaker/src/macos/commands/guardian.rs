@@ -26,7 +26,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command};
 
 /// The signals that ask the guardian to tear down, never end it.
-pub(crate) const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+const STOP_SIGNALS: [i32; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     if let Some(request) = sentinel::requested() {

@@ -1,7 +1,7 @@
 //! `undertaker supervise` on macOS (docs/SUPERVISE.md; docs/PORTING.md, "macOS"):
 //! the neutral serve loop (`crate::supervisor`) over the portable core's trees
 //! (`supervisor/portable.rs`), each tree tracked over libproc and its own kqueue.
-//! [`run`] reads as its steps: stop signals → owner → channel → serve → tear every
+//! [`run`] reads as its steps: signals → owner → channel → serve → tear every
 //! tree down → exit 0.
 //!
 //! The channel is standard input and output, lines as on Linux and Windows; standard
@@ -11,10 +11,10 @@
 //! supervisor: its trees are then a dead guardian's, for `sweep` (docs/GUARANTEES.md).
 //! Type-checked here, its logic tested on Linux; not yet run on a Mac.
 
-use crate::macos::commands::guardian::STOP_SIGNALS;
 use crate::macos::commands::reconcile::boot_id;
 use crate::macos::contain::owner::{self, Owner};
 use crate::macos::contain::portable::MacOs;
+use crate::macos::kernel::sys;
 use crate::portable::tracking::TRACK_EVERY;
 use crate::portable::{ProcessTable, Wake, Waker};
 use crate::protocol::framing::{Frame, LineFramer};
@@ -34,10 +34,13 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         });
     }
     let setup = |what: &str, e: std::io::Error| RunError::Setup(format!("{what}: {e}"));
-    // 1. Our stop signals become the teardown of every tree, never our death.
+    // 1. SIGTERM becomes the teardown of every tree, never our death; SIGINT and
+    // SIGHUP are ignored: a dying terminal must not end the trees (docs/SUPERVISE.md,
+    // "Lifetime").
     let mut os = MacOs::new().map_err(|e| setup("kqueue", e))?;
-    os.watch_signals(&STOP_SIGNALS)
+    os.watch_signals(&[libc::SIGTERM])
         .map_err(|e| setup("signals", e))?;
+    sys::block_signals(&[libc::SIGINT, libc::SIGHUP]).map_err(|e| setup("signals", e))?;
     let me = std::process::id() as i32;
     let uid = rustix::process::getuid().as_raw();
     let own = os
