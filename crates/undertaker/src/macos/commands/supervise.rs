@@ -48,9 +48,16 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         .ok_or_else(|| RunError::Setup("proc_pidinfo of our own pid failed".into()))?;
     // 2. The owner, proven and watched before anything is served.
     let (owner, owner_record) = owner::resolve(&opts.owner, &mut os, own.start)?;
-    // 3. The channel: standard input's readiness on the same kqueue.
-    os.watch_readable(std::io::stdin().as_fd())
-        .map_err(|e| setup("standard input", e))?;
+    // 3. The channel: standard input's readiness on the same kqueue. A regular file
+    // is read on every tick instead: kqueue never reports its end of file.
+    let stdin = std::io::stdin();
+    let file = rustix::fs::fstat(stdin.as_fd()).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
+    });
+    if !file {
+        os.watch_readable(stdin.as_fd())
+            .map_err(|e| setup("standard input", e))?;
+    }
     // 4. Serve until the host is gone, then every tree at once; exit 0.
     let boot = boot_id();
     let owner_pid = owner.pid();
@@ -79,6 +86,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         framer: LineFramer::new(),
         frames: VecDeque::new(),
         wakes: Vec::new(),
+        file,
         ended: false,
     };
     Supervisor::new(trees, std::io::stdout(), refusals).run(&mut channel);
@@ -94,6 +102,8 @@ struct Lines {
     frames: VecDeque<Frame>,
     /// What the last wait reported (the owner's exit among them).
     wakes: Vec<Wake>,
+    /// Standard input is a regular file: read without asking the kqueue.
+    file: bool,
     /// Standard input reached its end (or failed): the host is gone.
     ended: bool,
 }
@@ -107,7 +117,7 @@ impl Channel for Lines {
             let now = self.os.now();
             self.wakes = self.os.wait(now + TRACK_EVERY);
             let stdin = std::io::stdin();
-            if self.os.take_readable(stdin.as_fd()) {
+            if self.file || self.os.take_readable(stdin.as_fd()) {
                 self.read(stdin.as_fd());
             }
         }
@@ -128,7 +138,8 @@ impl Channel for Lines {
 }
 
 impl Lines {
-    /// One read of what standard input holds (it is readable: this does not block).
+    /// One read of what standard input holds (it is readable, or a file: this does
+    /// not block).
     /// Straight from the descriptor: a buffer in between would hold lines the
     /// kqueue no longer reports.
     fn read(&mut self, stdin: std::os::fd::BorrowedFd<'_>) {
