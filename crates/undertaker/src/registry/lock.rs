@@ -11,12 +11,17 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An exclusive lock on a file, held until dropped.
 #[derive(Debug)]
 pub struct FileLock {
     file: File,
     path: PathBuf,
+    /// The file is known to end with a whole line: this holder wrote its end
+    /// (created it, or its last append went out whole). Only the holder appends,
+    /// so the torn-line check before an append is needed only when this is unset.
+    ends_whole: AtomicBool,
 }
 
 /// What [`FileLock::probe`] found.
@@ -53,6 +58,7 @@ impl FileLock {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            ends_whole: AtomicBool::new(first.ends_with(b"\n")),
         })
     }
 
@@ -65,6 +71,7 @@ impl FileLock {
         Ok(Some(Self {
             file,
             path: path.to_path_buf(),
+            ends_whole: AtomicBool::new(false),
         }))
     }
 
@@ -73,13 +80,21 @@ impl FileLock {
     /// left without its end (a full disk cut it short) first gets one, so `bytes` are
     /// never glued onto it: readers skip the torn line and keep the ones after it.
     pub fn append(&self, bytes: &[u8]) -> io::Result<()> {
-        if ends_mid_line(&self.file)? {
-            let mut whole = Vec::with_capacity(bytes.len() + 1);
-            whole.push(b'\n');
-            whole.extend_from_slice(bytes);
-            return (&self.file).write_all(&whole);
+        let known_whole = self.ends_whole.swap(false, Ordering::Relaxed);
+        let written = match !known_whole && ends_mid_line(&self.file)? {
+            true => {
+                let mut whole = Vec::with_capacity(bytes.len() + 1);
+                whole.push(b'\n');
+                whole.extend_from_slice(bytes);
+                (&self.file).write_all(&whole)
+            }
+            false => (&self.file).write_all(bytes),
+        };
+        // A failed write may have left part of `bytes`: the next append looks again.
+        if written.is_ok() && bytes.ends_with(b"\n") {
+            self.ends_whole.store(true, Ordering::Relaxed);
         }
-        (&self.file).write_all(bytes)
+        written
     }
 
     /// The whole file, read through the locked descriptor.
@@ -114,6 +129,7 @@ impl FileLock {
         Ok(Probe::Free(Self {
             file,
             path: path.to_path_buf(),
+            ends_whole: AtomicBool::new(false),
         }))
     }
 
@@ -129,6 +145,7 @@ impl FileLock {
                 return Ok(Some(Self {
                     file,
                     path: path.to_path_buf(),
+                    ends_whole: AtomicBool::new(false),
                 }));
             }
             let now = std::time::Instant::now();

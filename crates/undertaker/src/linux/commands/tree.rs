@@ -79,6 +79,8 @@ struct Live {
     init_stuck: bool,
     /// The root's exit (or the taken leader's) was handled by the host.
     root_done: bool,
+    /// The tree's cgroup was removed (teardown's end, then `finish`, ask once each).
+    cgroup_removed: bool,
     /// The root's status went out (a supervisor's `exited` event is sent once).
     exit_announced: bool,
     /// The portable tier: where its member record goes, then what the core tracks.
@@ -381,20 +383,25 @@ impl Tree {
         tear_down_together(&mut [self], false, grace, signaller, host).left()
     }
 
-    fn remove_cgroup(&self) {
+    fn remove_cgroup(&mut self) {
+        if self.live.cgroup_removed {
+            return;
+        }
         if let Some(cg) = self.live.cgroup() {
-            // The usual end, an emptied leaf, takes one rmdir (and a second call
-            // finds it gone); the kernel refuses it (EBUSY) while a process or a child
-            // cgroup is left, and then the careful way below decides.
+            // The usual end, an emptied leaf, takes one rmdir; the kernel refuses it
+            // (EBUSY) while a process or a child cgroup is left, and then the careful
+            // way below decides.
             if matches!(
                 rustix::fs::rmdir(&cg.path),
                 Ok(()) | Err(rustix::io::Errno::NOENT)
             ) {
+                self.live.cgroup_removed = true;
                 return;
             }
             if cg.path.exists() && !cg.is_populated() {
-                if let Err(e) = cg.remove(Duration::from_secs(2)) {
-                    tracing::warn!("cannot remove cgroup {}: {e}", cg.path.display());
+                match cg.remove(Duration::from_secs(2)) {
+                    Ok(()) => self.live.cgroup_removed = true,
+                    Err(e) => tracing::warn!("cannot remove cgroup {}: {e}", cg.path.display()),
                 }
             }
         }
@@ -425,6 +432,7 @@ impl Tree {
             return code;
         }
         self.remove_cgroup();
+        let live = &self.live;
         if let Some(tracking) = &live.portable {
             tracking.forget();
         }

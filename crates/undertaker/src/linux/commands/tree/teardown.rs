@@ -55,8 +55,9 @@ pub(crate) fn tear_down_together(
         queued: &queued,
     };
     // A command that exited alone (the usual end): no "reaping" state to show, one
-    // commit less.
-    if !source.is_empty() {
+    // commit less, and no escalation (it would only ask the same question again).
+    let empty_already = source.is_empty();
+    if !empty_already {
         for tree in source.trees.iter() {
             tree.recorder.reaping();
         }
@@ -85,7 +86,13 @@ pub(crate) fn tear_down_together(
         queued.borrow_mut().push((tree, event));
     };
     let started = Instant::now();
-    let report = Escalation::with_grace(grace).run(signaller, &mut source, &mut log);
+    let report = match empty_already {
+        true => TeardownReport {
+            targets: Vec::new(),
+            empty: true,
+        },
+        false => Escalation::with_grace(grace).run(signaller, &mut source, &mut log),
+    };
     source.file_audit();
     let left = report.count(Outcome::Stuck);
     let ids: Vec<&str> = source.trees.iter().map(|t| t.id.as_str()).collect();
@@ -102,7 +109,10 @@ pub(crate) fn tear_down_together(
         }
     }
     for tree in source.trees.iter_mut() {
-        tree.live.reap(source.host);
+        // `is_empty` reaped last when the tree was empty from the start.
+        if !empty_already {
+            tree.live.reap(source.host);
+        }
         if report.empty {
             tree.remove_cgroup();
         }

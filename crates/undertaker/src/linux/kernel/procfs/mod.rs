@@ -96,14 +96,24 @@ pub fn parse_stat(text: &str) -> Result<Stat, ProcError> {
     const TTY_NR: usize = 4;
     const STARTTIME: usize = 19;
 
-    let fields: Vec<&str> = text[close + 1..].split_ascii_whitespace().collect();
-    if fields.len() <= STARTTIME {
+    // The fields needed, in place: no heap (a `Vec` of all 50 grew through five
+    // sizes per read, and the static musl build's allocator mapped and unmapped a page
+    // for the larger ones every time: docs/BENCHMARKS.md, "Issue 30, third round").
+    let mut fields = [""; STARTTIME + 1];
+    let mut found = 0;
+    for (slot, field) in fields
+        .iter_mut()
+        .zip(text[close + 1..].split_ascii_whitespace())
+    {
+        *slot = field;
+        found += 1;
+    }
+    if found <= STARTTIME {
         return Err(malformed(
             FILE,
             format!(
-                "expected at least {} fields after comm, got {}",
+                "expected at least {} fields after comm, got {found}",
                 STARTTIME + 1,
-                fields.len()
             ),
         ));
     }
