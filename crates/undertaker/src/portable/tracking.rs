@@ -167,20 +167,13 @@ impl<T: ProcessTable + Waker> Tracking<T> {
     /// the members' children); each is watched and recorded.
     pub(crate) fn track(&mut self) {
         let full = self.cadence.next_is_full();
-        let mut look = Snapshot::new(&mut self.os);
-        let found = match full {
-            true => self.lineage.scan(&mut look),
-            false => self.lineage.scan_children(&mut look),
-        };
+        let found = look_for(&mut self.lineage, &mut Snapshot::new(&mut self.os), full);
         self.found(&found);
     }
 
     /// This tree's part of a look shared with other trees (see [`Looks`]).
     fn track_in(&mut self, look: &mut Snapshot<'_, T>, full: bool) {
-        let found = match full {
-            true => self.lineage.scan(look),
-            false => self.lineage.scan_children(look),
-        };
+        let found = look_for(&mut self.lineage, look, full);
         self.found(&found);
     }
 
@@ -206,6 +199,19 @@ impl<T: ProcessTable + Waker> Tracking<T> {
         if let Some(path) = &self.record {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// One look for `lineage`'s new members in `look`: at every pid when `full`, else
+/// at the members' children.
+fn look_for<T: ProcessTable>(
+    lineage: &mut Lineage,
+    look: &mut Snapshot<'_, T>,
+    full: bool,
+) -> Vec<Member> {
+    match full {
+        true => lineage.scan(look),
+        false => lineage.scan_children(look),
     }
 }
 
