@@ -234,9 +234,9 @@ fn a_dead_registered_group_whose_number_was_reused_is_never_signalled() {
 /// 100 spawned trees in one supervisor, then the host's kill -9.
 const HUNDRED_HOST: &str = r#"
 import json, os, subprocess, sys, time
-ut, state, scratch, tier, n, script = sys.argv[1:7]
+ut, state, scratch, tier, n, script, grace = sys.argv[1:8]
 n = int(n)
-sup = subprocess.Popen([ut, "--state-dir", state, "supervise", "--grace", "500ms", "--tier", tier],
+sup = subprocess.Popen([ut, "--state-dir", state, "supervise", "--grace", grace, "--tier", tier],
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 for i in range(n):
     req = {"op": "spawn", "id": i, "argv": ["sh", "-c", script]}
@@ -255,6 +255,18 @@ time.sleep(1000)
 /// `n` trees spawned with `script` under `tier` by a host that is then `kill -9`ed;
 /// `per_tree` processes each. Nothing may be left.
 fn spawned_trees_die_with_their_host(tier: &str, n: usize, script: &str, per_tree: usize) {
+    spawned_trees_die_with_their_host_within(tier, n, script, per_tree, "500ms");
+}
+
+/// [`spawned_trees_die_with_their_host`] with the supervisor's `--grace`; returns
+/// how long after the host's `kill -9` nothing was left.
+fn spawned_trees_die_with_their_host_within(
+    tier: &str,
+    n: usize,
+    script: &str,
+    per_tree: usize,
+    grace: &str,
+) -> Duration {
     let scratch = Scratch::new("sv-hundred");
     let state = scratch.path().join("state");
     let host_py = scratch.file("host.py", HUNDRED_HOST);
@@ -266,6 +278,7 @@ fn spawned_trees_die_with_their_host(tier: &str, n: usize, script: &str, per_tre
         .arg(tier)
         .arg(n.to_string())
         .arg(script)
+        .arg(grace)
         .env_remove("UNDERTAKER_TREE")
         .stdin(Stdio::null())
         .spawn()
@@ -279,8 +292,10 @@ fn spawned_trees_die_with_their_host(tier: &str, n: usize, script: &str, per_tre
         live_processes_except_self().len() == 2 + n * per_tree
     }));
     kill9(&mut host);
+    let killed = std::time::Instant::now();
     let left = survivors_after(Duration::from_secs(60));
     assert!(left.is_empty(), "{} survivors: {left:?}", left.len());
+    killed.elapsed()
 }
 
 #[test]
@@ -305,6 +320,25 @@ fn spawned_trees_with_escapes_die_with_their_host_in_the_portable_tier() {
     }
     let script = "(env -i sleep 1000 & sleep 2) & (setsid sleep 1000 &); exec sleep 1000";
     spawned_trees_die_with_their_host("portable", 10, script, 3);
+}
+
+/// The portable tier's end takes every tree together: 3 trees, each with a member
+/// that ignores SIGTERM and that only the tree's tracking knows (an `env -i` orphan
+/// whose parent lived 2 s), `--grace 3s`, host `kill -9`: nothing left, and within
+/// one grace and some, where one grace per tree would take at least 9 s.
+#[test]
+fn portable_trees_with_sigterm_ignorers_end_together_within_one_grace() {
+    if !require_python()
+        || !isolate("portable_trees_with_sigterm_ignorers_end_together_within_one_grace")
+    {
+        return;
+    }
+    let script = "(env -i sh -c 'trap \"\" TERM; exec sleep 1000' & sleep 2) & exec sleep 1000";
+    let took = spawned_trees_die_with_their_host_within("portable", 3, script, 2, "3s");
+    assert!(
+        took < Duration::from_secs(8),
+        "{took:?}: not one grace for all three trees (3 × 3 s in series)"
+    );
 }
 
 /// The supervisor's own `kill -9` under `tier`: its trees are shown orphaned and one

@@ -13,6 +13,7 @@
 //! protected serial (the guardian, its sentinel, the owner) is never a member. A dead
 //! member's serial stays known: its orphans still name it.
 
+use super::snapshot::Snapshot;
 use super::{Facts, Member, ProcessTable, Serial, Why};
 use std::collections::{HashMap, HashSet};
 
@@ -120,37 +121,38 @@ impl Lineage {
         (facts.start >= self.scope.not_before && marker()).then_some(Why::Marker)
     }
 
-    /// Looks at the table until a pass finds no new member; returns the new ones.
+    /// Looks at the snapshot until a pass finds no new member; returns the new ones.
     /// Members' children are read first (cheap, and it sees a link before an exec
     /// after reparenting can rewrite it), then every pid. Known members are re-read
-    /// for their current version (what a `NOTE_EXEC` re-read does on macOS).
-    pub fn scan(&mut self, table: &mut impl ProcessTable) -> Vec<Member> {
-        self.grow(table, true)
+    /// for their current version (what a `NOTE_EXEC` re-read does on macOS). The
+    /// snapshot may be shared with other lineages scanned on the same tick.
+    pub fn scan<T: ProcessTable>(&mut self, look: &mut Snapshot<'_, T>) -> Vec<Member> {
+        self.grow(look, true)
     }
 
     /// [`Lineage::scan`] of the known members' children alone, to a fixed point: no
     /// look at every pid, so no marker member is found that no member is the parent
     /// of. What a tracking loop runs between full scans: a child's link to its
     /// parent is what Linux loses when the parent dies (docs/TIERS.md, "portable").
-    pub fn scan_children(&mut self, table: &mut impl ProcessTable) -> Vec<Member> {
-        self.grow(table, false)
+    pub fn scan_children<T: ProcessTable>(&mut self, look: &mut Snapshot<'_, T>) -> Vec<Member> {
+        self.grow(look, false)
     }
 
-    fn grow(&mut self, table: &mut impl ProcessTable, everyone: bool) -> Vec<Member> {
+    fn grow<T: ProcessTable>(&mut self, look: &mut Snapshot<'_, T>, everyone: bool) -> Vec<Member> {
         let mut found = Vec::new();
         for _ in 0..MAX_PASSES {
             let before = found.len();
             let live: Vec<i32> = self.live_pids();
-            let mut candidates: Vec<i32> = live.iter().flat_map(|&p| table.children(p)).collect();
+            let mut candidates: Vec<i32> = live.iter().flat_map(|&p| look.children(p)).collect();
             if everyone {
-                candidates.extend(table.pids());
+                candidates.extend(look.pids());
             }
             let mut looked = HashSet::new();
             for pid in candidates {
                 if !looked.insert(pid) {
                     continue;
                 }
-                let Some(facts) = table.facts(pid) else {
+                let Some(facts) = look.facts(pid) else {
                     continue;
                 };
                 if self.known.contains_key(&facts.serial) {
@@ -159,8 +161,8 @@ impl Lineage {
                     }
                     continue;
                 }
-                let tree = self.scope.tree.clone();
-                if let Some(why) = self.judge(&facts, || table.carries_marker(&facts, &tree)) {
+                let tree = &self.scope.tree;
+                if let Some(why) = self.judge(&facts, || look.carries_marker(&facts, tree)) {
                     found.push(self.admit(&facts, why));
                 }
             }
@@ -177,14 +179,14 @@ impl Lineage {
 
     /// The known members the table still shows under the same serial, with their
     /// facts now, in pid order.
-    pub fn live(&self, table: &mut impl ProcessTable) -> Vec<(Member, Facts)> {
+    pub fn live<T: ProcessTable>(&self, look: &mut Snapshot<'_, T>) -> Vec<(Member, Facts)> {
         // Two known members can share a number (one dead): each is checked by serial.
         let mut known: Vec<&Member> = self.known.values().collect();
         known.sort_by_key(|m| (m.pid, m.serial));
         known
             .into_iter()
             .filter_map(|m| {
-                let facts = table.facts(m.pid)?;
+                let facts = look.facts(m.pid)?;
                 (facts.serial == m.serial).then(|| (m.clone(), facts))
             })
             .collect()

@@ -6,6 +6,7 @@
 //!
 //! - [`lineage`]: who is a member, to a fixed point, by identity (serials), never by
 //!   number alone.
+//! - [`snapshot`]: one look at the table that every lineage scanned on a tick shares.
 //! - [`teardown`]: SIGTERM, grace, a freeze round (SIGSTOP every proven member and
 //!   rescan until nothing new appears), SIGKILL: what `cgroup.kill` does elsewhere.
 //! - [`owner`]: the owner watch, with the re-read that closes the register-after-exit
@@ -22,6 +23,7 @@ pub(crate) mod lineage;
 pub(crate) mod owner;
 pub(crate) mod reconcile;
 pub(crate) mod record;
+pub(crate) mod snapshot;
 pub(crate) mod teardown;
 pub(crate) mod tracking;
 #[cfg(test)]
@@ -100,8 +102,9 @@ pub trait ProcessTable {
     fn facts(&mut self, pid: i32) -> Option<Facts>;
     /// The pids of `pid`'s live children: the cheap path before a full scan.
     fn children(&mut self, pid: i32) -> Vec<i32>;
-    /// Whether the process `facts` describes carries `tree`'s marker.
-    fn carries_marker(&mut self, facts: &Facts, tree: &str) -> bool;
+    /// The tree marker (`UNDERTAKER_TREE`'s value) the process `facts` describes
+    /// carries, if any: read only while its number still names `facts.serial`.
+    fn marker(&mut self, facts: &Facts) -> Option<Vec<u8>>;
     /// Sends `signal` to `member` only if the process at its pid is still that serial
     /// *when the signal is delivered* (a pidfd on Linux, the audit token's pid version
     /// on macOS): a stale member gets `AlreadyGone`, never a stranger.

@@ -7,6 +7,7 @@
 //! that is no longer the proven serial.
 
 use super::lineage::Lineage;
+use super::snapshot::Snapshot;
 use super::{Delivery, Facts, Member, ProcessTable, Serial, Signal, Waker};
 use crate::escalation::{Escalation, MAX_RESCAN};
 use std::collections::HashSet;
@@ -54,45 +55,79 @@ pub fn tear_down<O: ProcessTable + Waker>(
     os: &mut O,
     escalation: Escalation,
 ) -> Report {
-    let mut report = Report::default();
+    let mut reports = tear_down_together(&mut [lineage], os, escalation);
+    reports.pop().unwrap_or_default()
+}
+
+/// Tears every tree of `lineages` down together: one SIGTERM round for all, one
+/// grace, one freeze round, one SIGKILL round (a supervisor's end: not one grace per
+/// tree). Each look is one [`Snapshot`] every lineage is scanned in. Returns one
+/// report per lineage, in order; a process two lineages claim is signalled once, in
+/// the first one's report.
+pub fn tear_down_together<O: ProcessTable + Waker>(
+    lineages: &mut [&mut Lineage],
+    os: &mut O,
+    escalation: Escalation,
+) -> Vec<Report> {
+    let mut reports = vec![Report::default(); lineages.len()];
     let grace_ends = os.now() + escalation.grace;
-    if round(lineage, os, &mut report, Signal::Term, grace_ends).is_empty() {
-        return report;
+    if round(lineages, os, &mut reports, Signal::Term, grace_ends).is_empty() {
+        return reports;
     }
-    freeze(lineage, os, &mut report);
+    freeze(lineages, os, &mut reports);
     let cap_ends = os.now() + escalation.kill_cap;
     // Nothing new should appear in the kill round (every member is stopped), but a
     // rescan costs little and a straggler gets the same treatment.
-    let left = round(lineage, os, &mut report, Signal::Kill, cap_ends);
-    report.stuck = left.into_iter().map(|(m, _)| m).collect();
-    report
+    for (i, m, _) in round(lineages, os, &mut reports, Signal::Kill, cap_ends) {
+        reports[i].stuck.push(m);
+    }
+    reports
+}
+
+/// One look: every lineage scanned in one snapshot (new members watched), then
+/// every lineage's live members, each with the index of its lineage.
+fn look<O: ProcessTable + Waker>(
+    lineages: &mut [&mut Lineage],
+    os: &mut O,
+) -> Vec<(usize, Member, Facts)> {
+    let mut found = Vec::new();
+    let mut live = Vec::new();
+    let mut snapshot = Snapshot::new(os);
+    for lineage in lineages.iter_mut() {
+        found.extend(lineage.scan(&mut snapshot));
+    }
+    for (i, lineage) in lineages.iter().enumerate() {
+        let members = lineage.live(&mut snapshot);
+        live.extend(members.into_iter().map(|(m, facts)| (i, m, facts)));
+    }
+    for m in &found {
+        os.watch(m);
+    }
+    live
 }
 
 /// One round until `ends`: rescan, send `signal` once to each live member not yet
 /// sent it (SIGTERM also SIGCONTs a stopped member, which could not act on it), wait
-/// a little, again. Returns the members still live at `ends`; none once the tree is
-/// gone.
+/// a little, again. Returns the members still live at `ends`; none once the trees
+/// are gone.
 fn round<O: ProcessTable + Waker>(
-    lineage: &mut Lineage,
+    lineages: &mut [&mut Lineage],
     os: &mut O,
-    report: &mut Report,
+    reports: &mut [Report],
     signal: Signal,
     ends: Duration,
-) -> Vec<(Member, Facts)> {
+) -> Vec<(usize, Member, Facts)> {
     let mut sent: HashSet<Serial> = HashSet::new();
     loop {
-        for m in lineage.scan(os) {
-            os.watch(&m);
-        }
-        let live = lineage.live(os);
+        let live = look(lineages, os);
         if live.is_empty() {
             return live;
         }
-        for (m, facts) in &live {
+        for (i, m, facts) in &live {
             if sent.insert(m.serial) {
-                report.send(os, m, signal);
+                reports[*i].send(os, m, signal);
                 if signal == Signal::Term && facts.stopped {
-                    report.send(os, m, Signal::Cont);
+                    reports[*i].send(os, m, Signal::Cont);
                 }
             }
         }
@@ -105,26 +140,31 @@ fn round<O: ProcessTable + Waker>(
 }
 
 /// SIGSTOP every live member, rescan, repeat until a pass stops nobody new.
-fn freeze<O: ProcessTable + Waker>(lineage: &mut Lineage, os: &mut O, report: &mut Report) {
+fn freeze<O: ProcessTable + Waker>(
+    lineages: &mut [&mut Lineage],
+    os: &mut O,
+    reports: &mut [Report],
+) {
     let mut frozen: HashSet<Serial> = HashSet::new();
-    while report.freeze_rounds < MAX_FREEZE_ROUNDS {
-        report.freeze_rounds += 1;
-        for m in lineage.scan(os) {
-            os.watch(&m);
-        }
+    let mut rounds = 0;
+    while rounds < MAX_FREEZE_ROUNDS {
+        rounds += 1;
         let mut stopped_now = 0;
-        for (m, _) in lineage.live(os) {
+        for (i, m, _) in look(lineages, os) {
             if frozen.insert(m.serial) {
-                report.send(os, &m, Signal::Stop);
+                reports[i].send(os, &m, Signal::Stop);
                 stopped_now += 1;
             }
         }
         if stopped_now == 0 {
-            return;
+            break;
         }
         // Let a fork that was under way when the stop arrived finish, so its child
         // shows up in the next pass.
         let now = os.now();
         os.wait(now + Duration::from_millis(1));
+    }
+    for report in reports {
+        report.freeze_rounds = rounds;
     }
 }

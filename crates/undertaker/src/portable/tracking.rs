@@ -8,7 +8,8 @@
 //! each builds the backend and the [`Scope`] its own way.
 
 use super::lineage::{Lineage, Scope};
-use super::teardown::{tear_down, Report};
+use super::snapshot::Snapshot;
+use super::teardown::{tear_down, tear_down_together, Report};
 use super::{record, Member, ProcessTable, Waker};
 use crate::escalation::Escalation;
 use crate::identity::TreeId;
@@ -27,6 +28,22 @@ pub(crate) const TRACK_EVERY: Duration = Duration::from_millis(100);
 /// `setsid` daemons reparented away from every member). A full scan reads every
 /// process; the children's look reads a few.
 const FULL_SCAN_EVERY: u32 = 10;
+
+/// Which looks are full scans: every [`FULL_SCAN_EVERY`]th, the first included.
+#[derive(Debug, Default)]
+struct Cadence {
+    /// Looks since the last full scan.
+    looks: u32,
+}
+
+impl Cadence {
+    /// Whether this look reads every pid; counts it.
+    fn next_is_full(&mut self) -> bool {
+        let full = self.looks % FULL_SCAN_EVERY == 0;
+        self.looks = self.looks.wrapping_add(1);
+        full
+    }
+}
 
 /// The member record of tree `id`: beside its record file, when there is one.
 pub(crate) fn members_path(state: Option<&Path>, id: &TreeId) -> Option<PathBuf> {
@@ -69,8 +86,7 @@ pub(crate) struct Tracking<T> {
     lineage: Lineage,
     os: T,
     record: Option<PathBuf>,
-    /// Looks since the last full scan.
-    looks: u32,
+    cadence: Cadence,
 }
 
 impl<T: ProcessTable + Waker> Tracking<T> {
@@ -81,7 +97,7 @@ impl<T: ProcessTable + Waker> Tracking<T> {
             lineage: Lineage::new(scope),
             os,
             record,
-            looks: 0,
+            cadence: Cadence::default(),
         };
         let facts = tracking.os.facts(root);
         if let Some(cmd) = facts.and_then(|f| tracking.lineage.seed(&f)) {
@@ -104,7 +120,7 @@ impl<T: ProcessTable + Waker> Tracking<T> {
             lineage,
             os,
             record,
-            looks: 0,
+            cadence: Cadence::default(),
         }
     }
 
@@ -133,7 +149,7 @@ impl<T: ProcessTable + Waker> Tracking<T> {
 
     /// The proven members the table still shows.
     pub(crate) fn live(&mut self) -> usize {
-        self.lineage.live(&mut self.os).len()
+        self.lineage.live(&mut Snapshot::new(&mut self.os)).len()
     }
 
     fn append(&self, members: &[Member]) {
@@ -155,15 +171,23 @@ impl<T: ProcessTable + Waker> Tracking<T> {
     /// One look for new members (at every pid once in [`FULL_SCAN_EVERY`], else at
     /// the members' children); each is watched and recorded.
     pub(crate) fn track(&mut self) {
-        let found = match self.looks % FULL_SCAN_EVERY {
-            0 => self.lineage.scan(&mut self.os),
-            _ => self.lineage.scan_children(&mut self.os),
-        };
-        self.looks = self.looks.wrapping_add(1);
-        for m in &found {
+        let full = self.cadence.next_is_full();
+        let found = look_for(&mut self.lineage, &mut Snapshot::new(&mut self.os), full);
+        self.found(&found);
+    }
+
+    /// This tree's part of a look shared with other trees (see [`Looks`]).
+    fn track_in(&mut self, look: &mut Snapshot<'_, T>, full: bool) {
+        let found = look_for(&mut self.lineage, look, full);
+        self.found(&found);
+    }
+
+    /// New members are watched and recorded.
+    fn found(&mut self, found: &[Member]) {
+        for m in found {
             self.os.watch(m);
         }
-        self.append(&found);
+        self.append(found);
     }
 
     /// The core's teardown: SIGTERM, the grace, the freeze round, SIGKILL.
@@ -180,6 +204,61 @@ impl<T: ProcessTable + Waker> Tracking<T> {
         if let Some(path) = &self.record {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// One look for `lineage`'s new members in `look`: at every pid when `full`, else
+/// at the members' children.
+fn look_for<T: ProcessTable>(
+    lineage: &mut Lineage,
+    look: &mut Snapshot<'_, T>,
+    full: bool,
+) -> Vec<Member> {
+    match full {
+        true => lineage.scan(look),
+        false => lineage.scan_children(look),
+    }
+}
+
+/// The looks of every tree one process holds (a supervisor): each tick one
+/// [`Snapshot`] that every tree's lineage is scanned in, so an idle tick costs
+/// O(processes), not O(trees × processes); and the trees' end together, with one
+/// grace for all.
+pub(crate) struct Looks<T> {
+    os: T,
+    cadence: Cadence,
+}
+
+impl<T: ProcessTable + Waker> Looks<T> {
+    pub(crate) fn new(os: T) -> Self {
+        Self {
+            os,
+            cadence: Cadence::default(),
+        }
+    }
+
+    /// One look for every tree of `trees` (at every pid once in
+    /// [`FULL_SCAN_EVERY`], else at each tree's members' children).
+    pub(crate) fn track<'a>(&mut self, trees: impl IntoIterator<Item = &'a mut Tracking<T>>)
+    where
+        T: 'a,
+    {
+        let full = self.cadence.next_is_full();
+        let mut look = Snapshot::new(&mut self.os);
+        for tracking in trees {
+            tracking.track_in(&mut look, full);
+        }
+    }
+
+    /// The core's teardown of every tree of `trees` together: one SIGTERM round,
+    /// one grace, one freeze round, one SIGKILL round. One report per tree, in order.
+    pub(crate) fn tear_down(
+        &mut self,
+        trees: &mut [&mut Tracking<T>],
+        grace: Duration,
+    ) -> Vec<Report> {
+        let mut lineages: Vec<&mut Lineage> = trees.iter_mut().map(|t| &mut t.lineage).collect();
+        tear_down_together(&mut lineages, &mut self.os, Escalation::with_grace(grace))
     }
 }
 

@@ -524,15 +524,14 @@ impl ProcessTable for World {
             .collect()
     }
 
-    fn carries_marker(&mut self, facts: &Facts, tree: &str) -> bool {
+    fn marker(&mut self, facts: &Facts) -> Option<Vec<u8>> {
         self.gap();
         // KERN_PROCARGS2 of the live process at that number: the caller's facts may
         // be stale, so the read is only trusted if the serial is still the same.
-        self.k.procs.get(&facts.pid).is_some_and(|p| {
-            p.uniqueid == facts.serial
-                && p.state != State::Zombie
-                && p.marker.as_deref() == Some(tree)
-        })
+        let p = self.k.procs.get(&facts.pid)?;
+        (p.uniqueid == facts.serial && p.state != State::Zombie)
+            .then(|| p.marker.clone().map(String::into_bytes))
+            .flatten()
     }
 
     /// docs/PORTING.md's macOS delivery: read flavor 18, compare the serial, signal

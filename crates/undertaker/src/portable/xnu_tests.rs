@@ -5,6 +5,7 @@
 use super::lineage::{Lineage, Scope};
 use super::owner::{OwnerGone, Watched};
 use super::record;
+use super::snapshot::Snapshot;
 use super::teardown::tear_down;
 use super::xnu_model::{Chaos, Kernel, State, World, UID};
 use super::{Signal, Waker, Why};
@@ -111,7 +112,7 @@ fn guard(world: &mut World, lineage: &mut Lineage, rounds: usize) {
         let now = world.now();
         let wakes = world.wait(now + Duration::from_millis(5));
         if !wakes.is_empty() || round % 4 == 0 {
-            for m in lineage.scan(world) {
+            for m in lineage.scan(&mut Snapshot::new(world)) {
                 world.watch(&m);
             }
         }
@@ -139,7 +140,7 @@ fn daemon_keeping_its_environment_is_caught_by_the_marker_however_late_the_scan(
         s.world.k.exec(d, false);
         // First look only now: I is gone and D's parent serial is launchd's.
         assert_eq!(s.world.k.get(d).expect("d").puniqueid, 1);
-        let found = lineage.scan(&mut s.world);
+        let found = lineage.scan(&mut Snapshot::new(&mut s.world));
         assert!(found.iter().any(|m| m.pid == d && m.why == Why::Marker));
         assert_eq!(s.tear_down(&mut lineage), NO_SURVIVOR);
     }
@@ -151,11 +152,11 @@ fn scrubbed_orphan_that_never_execs_again_keeps_its_link_to_a_seen_parent() {
     let mut lineage = s.lineage();
     let i = s.fork(s.cmd);
     s.world.k.exec(i, true); // env -i: no marker from here on
-    lineage.scan(&mut s.world); // I seen (its serial is recorded)
+    lineage.scan(&mut Snapshot::new(&mut s.world)); // I seen (its serial is recorded)
     let d = s.fork(i);
     s.world.k.setsid(d);
     s.world.k.exit(i); // D reparented to launchd; p_puniqueid still names I
-    let found = lineage.scan(&mut s.world);
+    let found = lineage.scan(&mut Snapshot::new(&mut s.world));
     assert!(found
         .iter()
         .any(|m| m.pid == d && matches!(m.why, Why::Lineage { .. })));
@@ -167,7 +168,7 @@ fn scrubbed_child_seen_before_its_exec_stays_a_member_after_it() {
     let mut s = Setup::new(99_999, false, 3, STILL);
     let mut lineage = s.lineage();
     let (i, d) = double_fork(&mut s);
-    lineage.scan(&mut s.world); // the NOTE_FORK scan wins the race
+    lineage.scan(&mut Snapshot::new(&mut s.world)); // the NOTE_FORK scan wins the race
     s.world.k.exit(i);
     s.world.k.exec(d, true); // rewrites p_puniqueid to launchd: too late, D is known
     assert_eq!(s.world.k.get(d).expect("d").puniqueid, 1);
@@ -180,12 +181,12 @@ fn exec_after_reparenting_is_caught_by_the_parent_version_on_15_4() {
     let mut lineage = s.lineage();
     let i = s.fork(s.cmd);
     s.world.k.exec(i, true);
-    lineage.scan(&mut s.world); // I seen with its current version
+    lineage.scan(&mut Snapshot::new(&mut s.world)); // I seen with its current version
     let d = s.fork(i); // after the scan
     s.world.k.setsid(d);
     s.world.k.exit(i);
     s.world.k.exec(d, true); // puniqueid → launchd, but p_orig_ppidversion = I's
-    let found = lineage.scan(&mut s.world);
+    let found = lineage.scan(&mut Snapshot::new(&mut s.world));
     assert!(found
         .iter()
         .any(|m| m.pid == d && matches!(m.why, Why::Version { .. })));
@@ -203,10 +204,10 @@ fn children_look_finds_members_children_and_leaves_reparented_daemons_to_the_ful
     s.world.k.exit(i); // D, marked, now launchd's
     let e = s.fork(s.cmd);
     s.world.k.exec(e, true); // env -i child of CMD
-    let cheap = lineage.scan_children(&mut s.world);
+    let cheap = lineage.scan_children(&mut Snapshot::new(&mut s.world));
     assert!(cheap.iter().any(|m| m.pid == e));
     assert!(!cheap.iter().any(|m| m.pid == d), "no look at every pid");
-    let full = lineage.scan(&mut s.world);
+    let full = lineage.scan(&mut Snapshot::new(&mut s.world));
     assert!(full.iter().any(|m| m.pid == d && m.why == Why::Marker));
     assert_eq!(s.tear_down(&mut lineage), NO_SURVIVOR);
 }
@@ -222,12 +223,12 @@ fn miss_exec_after_reparenting_before_15_4() {
     let mut lineage = s.lineage();
     let i = s.fork(s.cmd);
     s.world.k.exec(i, true);
-    lineage.scan(&mut s.world);
+    lineage.scan(&mut Snapshot::new(&mut s.world));
     let d = s.fork(i);
     s.world.k.setsid(d);
     s.world.k.exit(i);
     s.world.k.exec(d, true);
-    assert!(lineage.scan(&mut s.world).is_empty());
+    assert!(lineage.scan(&mut Snapshot::new(&mut s.world)).is_empty());
     assert_eq!(s.tear_down(&mut lineage), vec![d], "the stated miss");
     s.world.k.exit(d);
 }
@@ -245,7 +246,7 @@ fn miss_scrubbed_grandchild_of_an_intermediate_never_seen() {
         s.world.k.exec(d, true);
         s.world.k.exit(i);
         s.world.k.reap(i);
-        assert!(lineage.scan(&mut s.world).is_empty());
+        assert!(lineage.scan(&mut Snapshot::new(&mut s.world)).is_empty());
         assert_eq!(s.tear_down(&mut lineage), vec![d], "the stated miss");
         s.world.k.exit(d);
     }
@@ -258,7 +259,7 @@ fn a_stranger_on_a_members_recycled_number_is_never_signalled() {
     let mut s = Setup::new(400, false, 7, STILL);
     let mut lineage = s.lineage();
     let m = s.fork(s.cmd);
-    lineage.scan(&mut s.world);
+    lineage.scan(&mut Snapshot::new(&mut s.world));
     s.world.k.exit(m);
     s.world.k.reap(m);
     let decoy = s.world.recycle(m).expect("the counter wraps onto m");
@@ -277,7 +278,7 @@ fn recycling_between_the_identity_read_and_the_signal_is_refused_by_the_kernel()
     for _ in 0..5 {
         s.fork(s.cmd);
     }
-    lineage.scan(&mut s.world);
+    lineage.scan(&mut Snapshot::new(&mut s.world));
     let before: Vec<i32> = s.world.k.procs.keys().copied().collect();
     assert_eq!(s.tear_down(&mut lineage), NO_SURVIVOR);
     // Every delivery found its number recycled: the kernel refused each one.
@@ -299,7 +300,7 @@ fn miss_recheck_then_kill_before_14_4_can_hit_a_stranger_on_a_wrap() {
     let mut s = Setup::new(400, false, 12, chaos);
     s.world.recheck_then_kill = true;
     let mut lineage = s.lineage();
-    lineage.scan(&mut s.world);
+    lineage.scan(&mut Snapshot::new(&mut s.world));
     s.world.tree_acts = false;
     tear_down(&mut lineage, &mut s.world, escalation());
     assert!(
@@ -376,7 +377,7 @@ fn sentinel_takes_over_from_the_member_stream_after_the_guardians_death() {
         let a = s.fork(s.cmd);
         s.world.k.exec(a, true);
         let mut stream = String::new();
-        for m in lineage.scan(&mut s.world) {
+        for m in lineage.scan(&mut Snapshot::new(&mut s.world)) {
             stream.push_str(&record::line(&m));
         }
         // After the last stream write: a scrubbed grandchild via a recorded member.

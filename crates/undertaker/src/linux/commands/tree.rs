@@ -348,8 +348,23 @@ impl Tree {
     /// namespace, through the init (SIGTERM, then SIGKILL, which ends the namespace).
     /// Returns the members still alive afterwards.
     pub fn tear_down(&mut self, cause: Cause, signaller: &Signaller, host: &mut dyn Host) -> usize {
+        self.note_cause(cause);
+        if self.live.in_namespace() {
+            self.tear_down_namespace(cause, signaller, host);
+            return usize::from(self.live.init_stuck);
+        }
+        if let Some(tracking) = self.live.portable.as_mut() {
+            let report = tracking.tear_down(self.grace);
+            return self.torn_portable(&report, host);
+        }
+        let grace = self.grace;
+        tear_down_together(&mut [self], false, grace, signaller, host).left()
+    }
+
+    /// Why the tree is torn down, in its audit log (queued: written with the first
+    /// batch of signals, not before them).
+    fn note_cause(&self, cause: Cause) {
         if let Some(note) = cause.audit_note() {
-            // Queued: written with the first batch of signals, not before them.
             self.recorder.audit_line(crate::registry::AuditEntry {
                 actor: "guardian".into(),
                 event: "note".into(),
@@ -357,30 +372,6 @@ impl Tree {
                 ..Default::default()
             });
         }
-        if self.live.in_namespace() {
-            self.tear_down_namespace(cause, signaller, host);
-            return usize::from(self.live.init_stuck);
-        }
-        if let Some(tracking) = self.live.portable.as_mut() {
-            let report = tracking.tear_down(self.grace);
-            self.recorder.audit_line(crate::registry::AuditEntry {
-                actor: "guardian".into(),
-                event: "note".into(),
-                message: Some(format!(
-                    "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
-                    report.delivered.len(),
-                    report.killed(),
-                    report.freeze_rounds,
-                    report.stuck.len()
-                )),
-                ..Default::default()
-            });
-            self.recorder.flush_audit();
-            self.live.reap(host);
-            return report.stuck.len();
-        }
-        let grace = self.grace;
-        tear_down_together(&mut [self], false, grace, signaller, host).left()
     }
 
     fn remove_cgroup(&mut self) {

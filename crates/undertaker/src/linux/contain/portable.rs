@@ -87,16 +87,14 @@ impl ProcessTable for LinuxOs {
         self.signaller.procfs().children(pid).unwrap_or_default()
     }
 
-    fn carries_marker(&mut self, facts: &Facts, tree: &str) -> bool {
-        let marker = self
-            .signaller
-            .procfs()
-            .environ_value(facts.pid, TREE_MARKER);
+    fn marker(&mut self, facts: &Facts) -> Option<Vec<u8>> {
+        let marker = (self.signaller.procfs())
+            .environ_value(facts.pid, TREE_MARKER)
+            .ok()??;
         // The environment read counts only if the number still names that process.
-        marker.is_ok_and(|m| m.as_deref() == Some(tree.as_bytes()))
-            && self
-                .serial_and_start(facts.pid)
-                .is_some_and(|(serial, _)| serial == facts.serial)
+        let same =
+            (self.serial_and_start(facts.pid)).is_some_and(|(serial, _)| serial == facts.serial);
+        same.then_some(marker)
     }
 
     /// Through a pidfd opened and proven for this serial at delivery time.

@@ -76,15 +76,14 @@ impl ProcessTable for MacOs {
         sys::child_pids(pid).unwrap_or_default()
     }
 
-    fn carries_marker(&mut self, facts: &Facts, tree: &str) -> bool {
-        let Ok(buf) = sys::procargs2(facts.pid) else {
-            return false;
-        };
-        let marked = parse::procargs2(&buf)
+    fn marker(&mut self, facts: &Facts) -> Option<Vec<u8>> {
+        let buf = sys::procargs2(facts.pid).ok()?;
+        let marker = parse::procargs2(&buf)
             .and_then(|args| args.env_value(TREE_MARKER))
-            .is_some_and(|v| v == tree.as_bytes());
+            .map(<[u8]>::to_vec)?;
         // The environment read counts only if the number still names that process.
-        marked && sys::bsd_info(facts.pid).is_ok_and(|now| now.uniqueid == facts.serial)
+        let same = sys::bsd_info(facts.pid).is_ok_and(|now| now.uniqueid == facts.serial);
+        same.then_some(marker)
     }
 
     fn deliver(&mut self, member: &Member, signal: Signal) -> Delivery {

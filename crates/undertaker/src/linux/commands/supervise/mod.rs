@@ -13,6 +13,7 @@ mod take;
 
 use crate::linux::commands::control::Listener;
 use crate::linux::commands::host::{self, Begun, HostProcess};
+use crate::linux::commands::tree::portable::Looks;
 use crate::linux::commands::tree::{tear_down_together, Cause, Host, Tree, TRACK_EVERY};
 use crate::linux::contain::containment::Containment;
 use crate::linux::contain::owner::Owner;
@@ -65,6 +66,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     let (control, control_unreachable) = listen_for_control(opts, &signaller);
     let me = signaller.me();
     let refusals = RefusalLog::new(opts.state_dir.clone(), me.uid, me.boot_id.clone());
+    let looks = (containment.tier() == Tier::Portable).then(|| Looks::of(&signaller));
     let mut sup = Supervisor {
         opts,
         signaller,
@@ -74,6 +76,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
         owner_process,
         owner_record,
         trees: Vec::new(),
+        looks,
         released_any: false,
         terminate: false,
         refusals,
@@ -151,6 +154,9 @@ pub(crate) struct Supervisor<'a> {
     owner_process: Option<PidRef>,
     owner_record: OwnerRecord,
     trees: Vec<Tree>,
+    /// The portable tier: every tree's look for new members, one /proc snapshot per
+    /// tick for all of them, and their end together.
+    looks: Option<Looks>,
     /// A tree was released: its processes are still our descendants, so the final
     /// teardown may no longer take every descendant of ours.
     released_any: bool,
@@ -172,10 +178,9 @@ pub(crate) struct Supervisor<'a> {
 impl Supervisor<'_> {
     /// Serves requests until end of input, the owner's death, or a teardown signal.
     fn serve(&mut self, owner: &mut Owner) {
-        // The portable tier: each tree looks for new members every TRACK_EVERY while
-        // it lives (docs/TIERS.md, "portable"); the other tiers never need the wake.
-        let tracking = self.containment.tier() == Tier::Portable;
-        let mut track_at = tracking.then(|| std::time::Instant::now() + TRACK_EVERY);
+        // The portable tier: the trees look for new members every TRACK_EVERY while
+        // they live (docs/TIERS.md, "portable"); the other tiers never need the wake.
+        let mut track_at = (self.looks.is_some()).then(|| std::time::Instant::now() + TRACK_EVERY);
         loop {
             if self.terminate || owner.gone() {
                 return;
@@ -215,11 +220,11 @@ impl Supervisor<'_> {
                 _ => return,
             }
             self.host.reap(&mut |_, _| {});
-            if track_at.is_some_and(|at| std::time::Instant::now() >= at) {
-                for tree in &mut self.trees {
-                    tree.track();
+            if let Some(looks) = &mut self.looks {
+                if track_at.is_some_and(|at| std::time::Instant::now() >= at) {
+                    Tree::track_all(&mut self.trees, looks);
+                    track_at = Some(std::time::Instant::now() + TRACK_EVERY);
                 }
-                track_at = Some(std::time::Instant::now() + TRACK_EVERY);
             }
             self.take_over_if_answered();
             self.roots_exited();
@@ -356,9 +361,23 @@ impl Supervisor<'_> {
         self.channel.release_reserve();
         let mut trees = std::mem::take(&mut self.trees);
         let mut stuck = 0;
+        // The portable tier: every tree through the core's teardown together first
+        // (what its tracking knows includes members that left our descendants and
+        // scrubbed their marker); one grace for all of them.
+        if let Some(looks) = &mut self.looks {
+            stuck += Tree::tear_down_portable_together(
+                &mut trees,
+                looks,
+                self.opts.grace,
+                Cause::Terminated,
+                &mut self.host,
+            );
+        }
+        // Then what the tiers' own rule finds (with `everything_ours`, any descendant
+        // of ours): in the portable tier, usually nothing left, at no grace.
         if !trees.is_empty() || !self.released_any {
             let mut refs: Vec<&mut Tree> = trees.iter_mut().collect();
-            stuck = tear_down_together(
+            stuck += tear_down_together(
                 &mut refs,
                 !self.released_any,
                 self.opts.grace,
@@ -366,12 +385,6 @@ impl Supervisor<'_> {
                 &mut self.host,
             )
             .left();
-        }
-        // The portable tier: what only the core's lineage knows (a member that left
-        // our descendants and scrubbed its marker) goes through each tree's own
-        // teardown; a tree with nothing left there returns at once.
-        for tree in trees.iter_mut().filter(|t| t.tier() == Tier::Portable) {
-            stuck += tree.tear_down(Cause::Terminated, &self.signaller, &mut self.host);
         }
         for mut tree in trees {
             let live = match stuck {

@@ -3,6 +3,7 @@
 //! is the core's [`crate::portable::tracking`], the same code macOS runs; this file
 //! only builds its backend ([`LinuxOs`]) and its scope from the [`Signaller`].
 
+use super::{Cause, Host, Tree};
 use crate::identity::TreeId;
 use crate::linux::contain::portable::LinuxOs;
 use crate::linux::proof::signal::Signaller;
@@ -16,6 +17,15 @@ pub(crate) use tracking::{members_path, members_path_in, TRACK_EVERY};
 
 /// What a guardian on the portable tier knows of its tree.
 pub(crate) type Tracking = tracking::Tracking<LinuxOs>;
+
+/// What a supervisor's portable trees share: one look per tick, one end.
+pub(crate) type Looks = tracking::Looks<LinuxOs>;
+
+impl Looks {
+    pub(crate) fn of(signaller: &Signaller) -> Self {
+        Self::new(LinuxOs::new(signaller.clone()))
+    }
+}
 
 /// The scope of tree `id` as seen from this process: never itself, its parent
 /// (the sentinel's, or the guardian's sentinel) or `also`; markers count from
@@ -96,12 +106,63 @@ pub(crate) fn sweep_recorded(
     tracking::sweep_recorded(os, scope, trees, id, grace)
 }
 
-impl super::Tree {
+impl Tree {
     /// The portable tier: the tree's member record goes without a teardown (a
     /// released tree is the host's again: no sweep may seed from it).
     pub(crate) fn forget_members(&self) {
         if let Some(tracking) = &self.live.portable {
             tracking.forget();
         }
+    }
+
+    /// One look for new members in every portable tree of `trees`, all in one
+    /// snapshot of /proc (a supervisor's tick).
+    pub(crate) fn track_all(trees: &mut [Tree], looks: &mut Looks) {
+        looks.track(trees.iter_mut().filter_map(|t| t.live.portable.as_mut()));
+    }
+
+    /// The core's teardown of every portable tree of `trees` together (a
+    /// supervisor's end): one SIGTERM round, one `grace`, one freeze round, one
+    /// SIGKILL round for all of them. Returns the members still alive.
+    pub(crate) fn tear_down_portable_together(
+        trees: &mut [Tree],
+        looks: &mut Looks,
+        grace: Duration,
+        cause: Cause,
+        host: &mut dyn Host,
+    ) -> usize {
+        let mut torn: Vec<&mut Tree> = (trees.iter_mut())
+            .filter(|t| t.live.portable.is_some())
+            .collect();
+        for tree in &torn {
+            tree.note_cause(cause);
+        }
+        let mut trackings: Vec<&mut Tracking> = (torn.iter_mut())
+            .filter_map(|t| t.live.portable.as_mut())
+            .collect();
+        let reports = looks.tear_down(&mut trackings, grace);
+        (torn.into_iter().zip(&reports))
+            .map(|(tree, report)| tree.torn_portable(report, host))
+            .sum()
+    }
+
+    /// After the core's teardown: its figures in the audit log, the tree reaped.
+    /// Returns the members still alive.
+    pub(super) fn torn_portable(&mut self, report: &Report, host: &mut dyn Host) -> usize {
+        self.recorder.audit_line(crate::registry::AuditEntry {
+            actor: "guardian".into(),
+            event: "note".into(),
+            message: Some(format!(
+                "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
+                report.delivered.len(),
+                report.killed(),
+                report.freeze_rounds,
+                report.stuck.len()
+            )),
+            ..Default::default()
+        });
+        self.recorder.flush_audit();
+        self.live.reap(host);
+        report.stuck.len()
     }
 }
