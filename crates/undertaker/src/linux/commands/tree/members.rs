@@ -99,7 +99,19 @@ impl Tree {
                 }
                 let root_pid = live.root.as_ref().map(PidRef::pid);
                 let table = scan(table, signaller);
-                for &pid in table.marked(&self.id) {
+                let mut candidates = table.marked(&self.id).to_vec();
+                // The root's exit shows (its pidfd) a moment before the kernel hands
+                // its children to us: for that moment they still name it as parent,
+                // are no child of ours, and a look then would miss them. Its children
+                // are candidates too, each proven by its marker, not by parentage.
+                if root.is_none() {
+                    for &pid in root_pid.map_or(&[][..], |r| table.children(r)) {
+                        if !candidates.contains(&pid) {
+                            candidates.push(pid);
+                        }
+                    }
+                }
+                for pid in candidates {
                     if Some(pid) != root_pid {
                         let proof = signaller.prove_by_marker(pid, &self.id, live.root_starttime);
                         start.add(pid, proof);

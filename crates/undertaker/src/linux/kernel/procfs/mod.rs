@@ -222,6 +222,12 @@ const SMALL_FILE_CAP: usize = 1 << 20;
 /// Environments larger than this are not worth scanning for our marker.
 const ENVIRON_CAP: usize = 4 << 20;
 
+/// How many times, and how far apart, an environ read that caught its process inside
+/// exec is made again ([`Procfs::environ_value`]): exec's window is microseconds,
+/// longer on a loaded machine; a process still there after 50 ms reads as unmarked.
+const MID_EXEC_LOOKS: u32 = 50;
+const MID_EXEC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// pid_max (4M) pids of up to 8 bytes each fit comfortably.
 const CHILDREN_CAP: usize = 64 << 20;
 
@@ -366,6 +372,18 @@ impl Procfs {
         parse_status_real_uid(&text)
     }
 
+    /// Whether `pid` reads as a process caught inside exec: alive (no zombie), no
+    /// kernel thread (whose parent is 0 or kthreadd, 2) and an empty command line
+    /// (one that ran `env -i` has its arguments still).
+    fn caught_mid_exec(&self, pid: i32) -> bool {
+        let alive_user = self
+            .stat(pid)
+            .is_ok_and(|s| !matches!(s.state, 'Z' | 'X') && s.ppid != 0 && s.ppid != 2);
+        alive_user
+            && read_capped_with(&self.pid_dir(pid).join("cmdline"), 1, true)
+                .is_ok_and(|(bytes, _)| bytes.is_empty())
+    }
+
     /// Looks `key` up in the environment the process was exec'd with
     /// (later `setenv` calls in the process are not visible here).
     pub fn environ_value(&self, pid: i32, key: &str) -> Result<Option<Vec<u8>>, ProcError> {
@@ -373,8 +391,18 @@ impl Procfs {
         // The kernel fills a read of environ until the environment ends (or a page of
         // it cannot be read, which a second read would not read either): a short read
         // is its end. One read per process is what a scan of every process pays.
-        let (mut bytes, truncated) =
-            read_capped_with(&path, ENVIRON_CAP, true).map_err(|e| map_io(pid, &path, &e))?;
+        let read =
+            || read_capped_with(&path, ENVIRON_CAP, true).map_err(|e| map_io(pid, &path, &e));
+        let (mut bytes, mut truncated) = read()?;
+        // A process between exec's new memory map and its new stack reads an empty
+        // environ (and cmdline): looked at in that window, a marked member would pass
+        // for an unmarked one. Such a process is looked at again, briefly.
+        let mut looks = 0;
+        while bytes.is_empty() && looks < MID_EXEC_LOOKS && self.caught_mid_exec(pid) {
+            std::thread::sleep(MID_EXEC_PAUSE);
+            (bytes, truncated) = read()?;
+            looks += 1;
+        }
         if truncated {
             // The cap cut an entry in half; a prefix of a value must not
             // pass for the value, so drop everything after the last NUL.
