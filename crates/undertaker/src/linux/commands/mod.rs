@@ -3,6 +3,7 @@
 
 pub(crate) mod control;
 pub mod doctor;
+pub(crate) mod guarded;
 pub mod guardian;
 pub(crate) mod heal;
 pub(crate) mod host;

@@ -10,18 +10,13 @@ use crate::escalation::Escalation;
 use crate::identity::{TreeId, TREE_MARKER};
 use crate::registry::now_ms;
 use crate::registry::record_file::Line;
-use crate::windows::commands::record::Recorder;
+use crate::windows::commands::record::{Recorder, BOOT_ID};
 use crate::windows::contain::job::{Job, StartError};
 use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
 use crate::windows::proof::teardown::{self, Outcome};
 use crate::{RunError, RunOptions, Tier};
 use std::os::windows::io::{AsHandle, OwnedHandle};
-
-/// Windows has no boot id to read cheaply; creation times are wall-clock instants,
-/// so pid + creation time is unique across boots without one. Records of an earlier
-/// boot are folded like any dead guardian's (its job died with it).
-pub const BOOT_ID: &str = "00000000";
 
 /// The named event `kill` sets to ask tree `id`'s guardian to tear down.
 pub fn stop_event_name(tree: &str) -> String {

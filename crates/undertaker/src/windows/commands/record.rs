@@ -4,11 +4,15 @@
 use crate::identity::TreeId;
 use crate::registry::recorder::Start;
 use crate::registry::{GuardianRecord, OwnerRecord, RecordedTier, RootRecord};
-use crate::windows::commands::guardian::BOOT_ID;
 use crate::windows::kernel::sys;
 use crate::RunError;
 use std::os::windows::io::BorrowedHandle;
 use std::path::Path;
+
+/// Windows has no boot id to read cheaply; creation times are wall-clock instants,
+/// so pid + creation time is unique across boots without one. Records of an earlier
+/// boot are folded like any dead guardian's (its job died with it).
+pub const BOOT_ID: &str = "00000000";
 
 pub use crate::registry::recorder::Recorder;
 

@@ -83,7 +83,7 @@ pub fn kill(
 fn held_by_a_supervisor(ctx: &Context, id: &str, r: &TreeRecord) -> bool {
     r.guardian.supervisor
         || record_file::read(&record_file::path_of(&ctx.dir, id)).is_some_and(|file| {
-            (file.audit.iter()).any(|(_, e)| e.event == super::succession::GUARDED)
+            (file.audit.iter()).any(|(_, e)| e.event == crate::linux::commands::guarded::GUARDED)
         })
 }
 

@@ -7,7 +7,8 @@
 
 use super::Supervisor;
 use crate::identity::TreeId;
-use crate::linux::commands::reconcile::succession::{self, Predecessor, TakenBy};
+use crate::linux::commands::guarded::TakenBy;
+use crate::linux::commands::reconcile::succession::{self, Predecessor};
 use crate::linux::commands::reconcile::Context;
 use crate::linux::contain::cgroup::CgroupTree;
 use crate::linux::proof::signal::ProvenProcess;

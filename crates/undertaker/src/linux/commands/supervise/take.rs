@@ -4,7 +4,7 @@
 use super::Supervisor;
 use crate::identity::TreeId;
 use crate::ladder::Refusal;
-use crate::linux::commands::reconcile::succession::{self, TakenBy};
+use crate::linux::commands::guarded::{self, TakenBy};
 use crate::linux::commands::record::GuardianKind;
 use crate::linux::commands::tree::Tree;
 use crate::linux::contain::spawn::{CommandSpec, Launch, StdioSpec};
@@ -278,7 +278,7 @@ impl Supervisor<'_> {
         };
         let mut tree = self.record(req.label)?.among_many();
         let id = tree.id().clone();
-        tree.audit_line(succession::spawn_entry());
+        tree.audit_line(guarded::spawn_entry());
         tree.spawn(&Launch {
             command: &command,
             grace: self.opts.grace,

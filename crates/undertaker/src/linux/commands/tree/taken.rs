@@ -5,7 +5,7 @@
 
 use super::{portable, Anchors, Tree};
 use crate::identity::TreeId;
-use crate::linux::commands::reconcile::succession::{self, TakenBy};
+use crate::linux::commands::guarded::{self, TakenBy};
 use crate::linux::contain::cgroup::{self, CgroupTree};
 use crate::linux::contain::containment::{Containment, Placement};
 use crate::linux::kernel::procfs::Procfs;
@@ -140,8 +140,7 @@ impl Tree {
         taken: TakenBy,
     ) -> usize {
         for m in signaller.past_their_start_tick(&members.proven) {
-            self.recorder
-                .audit_line(succession::guarded_entry(m, taken));
+            self.recorder.audit_line(guarded::guarded_entry(m, taken));
         }
         self.recorder.flush_audit();
         let count = members.proven.len();

@@ -22,7 +22,7 @@ use crate::protocol::{
 use crate::registry::refusal_log::RefusalLog;
 use crate::registry::{OwnerKind, OwnerRecord};
 use crate::supervisor::{Channel, Next, Supervisor, Trees};
-use crate::windows::commands::guardian::BOOT_ID;
+use crate::windows::commands::record::BOOT_ID;
 use crate::windows::contain::owner::{self, Owner};
 use crate::windows::kernel::sys;
 use crate::windows::proof::teardown::{self, Outcome};
