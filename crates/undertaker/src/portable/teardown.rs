@@ -35,6 +35,17 @@ impl Report {
         }
     }
 
+    /// The audit note a guardian or supervisor writes after the teardown.
+    pub fn summary(&self) -> String {
+        format!(
+            "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
+            self.delivered.len(),
+            self.killed(),
+            self.freeze_rounds,
+            self.stuck.len()
+        )
+    }
+
     /// Distinct members that were sent SIGKILL.
     pub fn killed(&self) -> usize {
         let set: HashSet<Serial> = self

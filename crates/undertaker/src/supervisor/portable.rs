@@ -346,13 +346,7 @@ where
                     time_ms: now_ms(),
                     actor: "supervisor".into(),
                     event: "note".into(),
-                    message: Some(format!(
-                        "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
-                        report.delivered.len(),
-                        report.killed(),
-                        report.freeze_rounds,
-                        report.stuck.len()
-                    )),
+                    message: Some(report.summary()),
                     ..Default::default()
                 })]);
                 if report.stuck.is_empty() {

@@ -131,13 +131,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         time_ms: now_ms(),
         actor: "guardian".into(),
         event: "note".into(),
-        message: Some(format!(
-            "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
-            report.delivered.len(),
-            report.killed(),
-            report.freeze_rounds,
-            report.stuck.len()
-        )),
+        message: Some(report.summary()),
         ..Default::default()
     })]);
     if terminal {

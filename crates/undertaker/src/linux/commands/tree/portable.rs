@@ -152,13 +152,7 @@ impl Tree {
         self.recorder.audit_line(crate::registry::AuditEntry {
             actor: "guardian".into(),
             event: "note".into(),
-            message: Some(format!(
-                "portable teardown: {} signals delivered, {} members SIGKILLed after {} freeze rounds, {} stuck",
-                report.delivered.len(),
-                report.killed(),
-                report.freeze_rounds,
-                report.stuck.len()
-            )),
+            message: Some(report.summary()),
             ..Default::default()
         });
         self.recorder.flush_audit();
