@@ -82,7 +82,7 @@ pub mod settings;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) mod snapshot;
 // `supervise`'s neutral serve loop: Windows and macOS run it; Linux tests it.
-#[cfg(any(windows, target_os = "macos", test))]
+#[cfg(any(windows, target_os = "macos", all(test, target_os = "linux")))]
 pub(crate) mod supervisor;
 // The platform, chosen once: each module exports the same commands (`run`, `ps`, …,
 // `lock_file`) for api.rs; a port adds one sibling folder and one arm here
