@@ -226,6 +226,7 @@ const ENVIRON_CAP: usize = 4 << 20;
 /// exec is made again ([`Procfs::environ_value`]): exec's window is microseconds,
 /// longer on a loaded machine; a process still there after 50 ms reads as unmarked.
 const MID_EXEC_LOOKS: u32 = 50;
+const ENV_COPY_LOOKS: u32 = 10;
 const MID_EXEC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// pid_max (4M) pids of up to 8 bytes each fit comfortably.
@@ -372,16 +373,25 @@ impl Procfs {
         parse_status_real_uid(&text)
     }
 
-    /// Whether `pid` reads as a process caught inside exec: alive (no zombie), no
-    /// kernel thread (whose parent is 0 or kthreadd, 2) and an empty command line
-    /// (one that ran `env -i` has its arguments still).
-    fn caught_mid_exec(&self, pid: i32) -> bool {
+    /// How many looks an empty environ read of `pid` is worth: none for a zombie or a
+    /// kernel thread (whose parent is 0 or kthreadd, 2); [`MID_EXEC_LOOKS`] while its
+    /// command line is empty too (exec has not laid out its new stack yet); a few
+    /// once the command line is there (exec copies the environment last, and a
+    /// process started with an empty environment pays only these).
+    fn mid_exec_looks(&self, pid: i32) -> u32 {
         let alive_user = self
             .stat(pid)
             .is_ok_and(|s| !matches!(s.state, 'Z' | 'X') && s.ppid != 0 && s.ppid != 2);
-        alive_user
-            && read_capped_with(&self.pid_dir(pid).join("cmdline"), 1, true)
-                .is_ok_and(|(bytes, _)| bytes.is_empty())
+        if !alive_user {
+            return 0;
+        }
+        let no_cmdline = read_capped_with(&self.pid_dir(pid).join("cmdline"), 1, true)
+            .is_ok_and(|(bytes, _)| bytes.is_empty());
+        if no_cmdline {
+            MID_EXEC_LOOKS
+        } else {
+            ENV_COPY_LOOKS
+        }
     }
 
     /// Looks `key` up in the environment the process was exec'd with
@@ -394,11 +404,11 @@ impl Procfs {
         let read =
             || read_capped_with(&path, ENVIRON_CAP, true).map_err(|e| map_io(pid, &path, &e));
         let (mut bytes, mut truncated) = read()?;
-        // A process between exec's new memory map and its new stack reads an empty
-        // environ (and cmdline): looked at in that window, a marked member would pass
-        // for an unmarked one. Such a process is looked at again, briefly.
+        // A process between exec's new memory map and the end of its new stack's
+        // environment reads an empty environ: looked at in that window, a marked
+        // member would pass for an unmarked one. It is looked at again, briefly.
         let mut looks = 0;
-        while bytes.is_empty() && looks < MID_EXEC_LOOKS && self.caught_mid_exec(pid) {
+        while bytes.is_empty() && looks < self.mid_exec_looks(pid) {
             std::thread::sleep(MID_EXEC_PAUSE);
             (bytes, truncated) = read()?;
             looks += 1;

@@ -562,3 +562,31 @@ fn capped_reads_keep_every_byte_across_the_stack_buffer_and_cut_at_the_cap() {
     assert_eq!(read_text(&file).unwrap(), text);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A child looked at the moment `spawn` returns is often inside exec (std's spawn
+/// waits only until the child's new memory map is in, not its new stack), where its
+/// environ reads empty: the read is made again, so the marker is still seen.
+#[test]
+fn a_process_read_inside_exec_still_shows_its_environment() {
+    let procfs = Procfs::new();
+    let mut misses = 0;
+    for _ in 0..300 {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .env("UNDERTAKER_TEST_EXEC_WINDOW", "seen")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        let pid = i32::try_from(child.id()).unwrap();
+        let got = procfs.environ_value(pid, "UNDERTAKER_TEST_EXEC_WINDOW");
+        if got.as_ref().ok().and_then(Option::as_deref) != Some(&b"seen"[..]) {
+            misses += 1;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert_eq!(
+        misses, 0,
+        "{misses} of 300 reads missed a live child's environment"
+    );
+}
