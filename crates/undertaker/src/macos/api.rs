@@ -6,10 +6,12 @@
 
 use crate::history;
 use crate::macos::commands::{doctor as doctor_macos, guardian, reconcile, supervise as serve};
-use crate::report::{DoctorReport, PsRow, SweepReport, TreeSweep};
+use crate::report::DoctorReport;
 use crate::{Error, RunError, RunOptions, SuperviseOptions};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+
+// `ps`, `sweep` and `kill` are the portable reconcile over libproc, as they are.
+pub use crate::macos::commands::reconcile::{kill_named, ps, sweep};
 
 pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     guardian::run(opts)
@@ -22,27 +24,6 @@ pub fn supervise(opts: &SuperviseOptions) -> Result<i32, RunError> {
 /// The state directory as every platform reads it (`log`).
 pub fn open_state(state_dir: Option<&Path>) -> Result<history::Context, Error> {
     Ok(reconcile::open(state_dir)?)
-}
-
-pub fn ps(state_dir: Option<&Path>, all: bool) -> Result<Vec<PsRow>, Error> {
-    reconcile::ps(state_dir, all)
-}
-
-pub fn sweep(
-    state_dir: Option<&Path>,
-    dry_run: bool,
-    grace: Duration,
-) -> Result<SweepReport, Error> {
-    reconcile::sweep(state_dir, dry_run, grace)
-}
-
-pub fn kill_named(
-    state_dir: Option<&Path>,
-    name: &str,
-    all: bool,
-    grace: Duration,
-) -> Result<Vec<TreeSweep>, Error> {
-    reconcile::kill_named(state_dir, name, all, grace)
 }
 
 pub fn doctor(state_dir: Option<&Path>) -> Result<DoctorReport, Error> {

@@ -62,6 +62,20 @@ pub struct Facts {
     pub stopped: bool,
 }
 
+impl Facts {
+    /// The tree's root as its record shows it (no session id: the backends do not
+    /// read one).
+    pub(crate) fn root_record(&self) -> crate::registry::RootRecord {
+        crate::registry::RootRecord {
+            pid: self.pid,
+            starttime: self.start,
+            pgid: self.pgid,
+            sid: 0,
+            uid: self.uid,
+        }
+    }
+}
+
 /// The signals the portable teardown sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Signal {

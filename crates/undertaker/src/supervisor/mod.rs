@@ -24,6 +24,43 @@ use crate::protocol::{parse_line, ErrorCode, ProtocolError, Request, SpawnReques
 use crate::registry::recorder::Recorder;
 use crate::registry::refusal_log::RefusalLog;
 use std::io::Write;
+use std::process::{Command, Stdio};
+
+/// The command a `spawn` request names, its stdio the null device (the supervisor's
+/// own stdio is the channel): what every platform starts, each its own way, once it
+/// has added the tree's marker. Returns the program's name too, for the errors.
+pub(crate) fn spawn_command(req: &SpawnRequest) -> Result<(&str, Command), ProtocolError> {
+    let (program, args) = req
+        .argv
+        .split_first()
+        .ok_or_else(|| ProtocolError::new(ErrorCode::BadRequest, "argv is empty"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if req.env_clear {
+        cmd.env_clear();
+    }
+    cmd.envs(req.env.iter().map(|(k, v)| (k, v)));
+    if let Some(cwd) = &req.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Ok((program, cmd))
+}
+
+/// A start of `program` the system refused, as the protocol reports it.
+pub(crate) fn spawn_failed(program: &str, e: &std::io::Error) -> ProtocolError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            ProtocolError::new(ErrorCode::NotFound, format!("{program}: command not found"))
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            ProtocolError::new(ErrorCode::NotExecutable, format!("{program}: {e}"))
+        }
+        _ => ProtocolError::new(ErrorCode::SpawnFailed, format!("{program}: {e}")),
+    }
+}
 
 /// One tree of a supervisor: what every platform knows of it, and what only the
 /// platform holds (`held`: the job, the tracking, the child).

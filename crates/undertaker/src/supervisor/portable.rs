@@ -16,11 +16,11 @@ use crate::protocol::{
 };
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
-use crate::registry::{now_ms, AuditEntry, GuardianRecord, OwnerRecord, RecordedTier, RootRecord};
+use crate::registry::{now_ms, AuditEntry, GuardianRecord, OwnerRecord, RecordedTier};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 /// What the supervisor holds of one tree.
@@ -134,46 +134,16 @@ where
     /// seeds CMD.
     fn spawn(&mut self, req: &SpawnRequest) -> Result<PortableTree<T>, ProtocolError> {
         let label = req.label.clone().or(self.label.clone());
-        let (program, args) = req
-            .argv
-            .split_first()
-            .ok_or_else(|| ProtocolError::new(ErrorCode::BadRequest, "argv is empty"))?;
+        let (program, mut cmd) = super::spawn_command(req)?;
         let (id, record, mut os) = self
             .open(label.clone())
             .map_err(|e| ProtocolError::new(ErrorCode::SpawnFailed, e))?;
         let (scope, members) = self.scope(&mut os, &id, &record);
-        let mut cmd = Command::new(program);
-        cmd.args(args);
-        if req.env_clear {
-            cmd.env_clear();
-        }
-        cmd.envs(req.env.iter().map(|(k, v)| (k, v)));
-        cmd.env(TREE_MARKER, id.as_str());
-        if let Some(cwd) = &req.cwd {
-            cmd.current_dir(cwd);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                ProtocolError::new(ErrorCode::NotFound, format!("{program}: command not found"))
-            }
-            std::io::ErrorKind::PermissionDenied => {
-                ProtocolError::new(ErrorCode::NotExecutable, format!("{program}: {e}"))
-            }
-            _ => ProtocolError::new(ErrorCode::SpawnFailed, format!("{program}: {e}")),
-        })?;
+        cmd.env(TREE_MARKER, id.as_str()).process_group(0);
+        let child = cmd.spawn().map_err(|e| super::spawn_failed(program, &e))?;
         let pid = child.id() as i32;
         if let Some(f) = os.facts(pid) {
-            record.root_record(RootRecord {
-                pid,
-                starttime: f.start,
-                pgid: f.pgid,
-                sid: 0,
-                uid: f.uid,
-            });
+            record.root_record(f.root_record());
         }
         Ok(Tree {
             id,
@@ -245,13 +215,7 @@ where
             tracking.forget();
             return refused(RefusalReason::NoSuchProcess, "it has exited".into());
         }
-        record.root_record(RootRecord {
-            pid,
-            starttime: facts.start,
-            pgid: facts.pgid,
-            sid: 0,
-            uid: facts.uid,
-        });
+        record.root_record(facts.root_record());
         record.note(&format!("{kind:?} of pid {pid}"));
         Ok(Tree {
             id,

@@ -19,7 +19,7 @@ use crate::portable::tracking::{self, Ended, Tracking, Watch};
 use crate::portable::{Member, ProcessTable, Signal, Wake, Why};
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
-use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier, RootRecord};
+use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier};
 use crate::supervisor::portable::random;
 use crate::{RunError, RunOptions, Tier};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -107,13 +107,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let mut child = spawn(&opts.command, &tree)?;
     let pid = child.id() as i32;
     if let Some(f) = os.facts(pid) {
-        record.root_record(RootRecord {
-            pid,
-            starttime: f.start,
-            pgid: f.pgid,
-            sid: 0,
-            uid: f.uid,
-        });
+        record.root_record(f.root_record());
     }
     let terminal = hand_terminal(&mut os, own.pgid, pid);
     let mut tracking = Tracking::of_command(os, scope, pid, members);

@@ -16,7 +16,6 @@ use crate::windows::contain::job::{Job, StartError};
 use crate::windows::kernel::sys;
 use std::os::windows::io::{AsHandle, BorrowedHandle, OwnedHandle};
 use std::path::Path;
-use std::process::Stdio;
 
 /// The tree's first process: our child (spawn), or a handle opened and proven at
 /// registration, which pins its number.
@@ -68,33 +67,10 @@ impl Setup<'_> {
         let (id, job, stop, record) = self
             .open(label.clone())
             .map_err(|e| ProtocolError::new(ErrorCode::SpawnFailed, e))?;
-        let (program, args) = req
-            .argv
-            .split_first()
-            .ok_or_else(|| ProtocolError::new(ErrorCode::BadRequest, "argv is empty"))?;
-        let mut cmd = std::process::Command::new(program);
-        cmd.args(args);
-        if req.env_clear {
-            cmd.env_clear();
-        }
-        cmd.envs(req.env.iter().map(|(k, v)| (k, v)));
+        let (program, mut cmd) = supervisor::spawn_command(req)?;
         cmd.env(TREE_MARKER, id.as_str());
-        if let Some(cwd) = &req.cwd {
-            cmd.current_dir(cwd);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
         let started = job.start(cmd).map_err(|e| match e {
-            StartError::Spawn(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                ProtocolError::new(ErrorCode::NotFound, format!("{program}: command not found"))
-            }
-            StartError::Spawn(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                ProtocolError::new(ErrorCode::NotExecutable, format!("{program}: {e}"))
-            }
-            StartError::Spawn(e) => {
-                ProtocolError::new(ErrorCode::SpawnFailed, format!("{program}: {e}"))
-            }
+            StartError::Spawn(e) => supervisor::spawn_failed(program, &e),
             StartError::Contain(why) => ProtocolError::new(ErrorCode::SpawnFailed, why),
         })?;
         record.root(started.pid, started.child.as_handle());
