@@ -74,9 +74,14 @@ impl Recorder {
     }
 
     pub fn note(&self, message: &str) {
+        self.note_by("guardian", message);
+    }
+
+    /// A note in the tree's audit log from `actor` (the guardian, a supervisor).
+    pub fn note_by(&self, actor: &str, message: &str) {
         self.write(&[Line::Audit(AuditEntry {
             time_ms: now_ms(),
-            actor: "guardian".into(),
+            actor: actor.into(),
             event: "note".into(),
             message: Some(message.into()),
             ..Default::default()

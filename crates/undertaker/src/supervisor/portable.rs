@@ -14,9 +14,8 @@ use crate::protocol::wire::{HeldTier, HelloReply, OwnerPid, TreeKind};
 use crate::protocol::{
     ErrorCode, ProtocolError, RefusalReason, Request, SpawnRequest, PROTOCOL_VERSION,
 };
-use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
-use crate::registry::{now_ms, AuditEntry, GuardianRecord, OwnerRecord, RecordedTier};
+use crate::registry::{GuardianRecord, OwnerRecord, RecordedTier};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -306,13 +305,7 @@ where
                     tree.record.note("teardown failed: its thread panicked");
                     return 1;
                 };
-                tree.record.write(&[Line::Audit(AuditEntry {
-                    time_ms: now_ms(),
-                    actor: "supervisor".into(),
-                    event: "note".into(),
-                    message: Some(report.summary()),
-                    ..Default::default()
-                })]);
+                tree.record.note_by("supervisor", &report.summary());
                 if report.stuck.is_empty() {
                     tree.held.tracking.forget();
                 }

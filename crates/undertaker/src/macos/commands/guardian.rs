@@ -19,7 +19,7 @@ use crate::portable::tracking::{self, Ended, Tracking, Watch};
 use crate::portable::{Member, ProcessTable, Signal, Wake, Why};
 use crate::registry::record_file::Line;
 use crate::registry::recorder::{Recorder, Start};
-use crate::registry::{now_ms, AuditEntry, GuardianRecord, RecordedTier};
+use crate::registry::{now_ms, GuardianRecord, RecordedTier};
 use crate::supervisor::portable::random;
 use crate::{RunError, RunOptions, Tier};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -121,13 +121,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
         Ended::Stopped => record.note("asked to stop: tearing the tree down"),
     }
     let report = tracking.tear_down(opts.guard.grace);
-    record.write(&[Line::Audit(AuditEntry {
-        time_ms: now_ms(),
-        actor: "guardian".into(),
-        event: "note".into(),
-        message: Some(report.summary()),
-        ..Default::default()
-    })]);
+    record.note(&report.summary());
     if terminal {
         let _ = sys::set_terminal_foreground(own.pgid);
     }
