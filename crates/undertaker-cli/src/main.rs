@@ -73,6 +73,11 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+// Each subcommand's arguments are built only when that subcommand is parsed (or its
+// help shown): building all of them on every start cost `run` 16 % of its CPU time,
+// most of it in page faults and allocator churn (docs/BENCHMARKS.md, "Issue 30,
+// fourth round").
+#[command(defer = true)]
 enum Command {
     /// Run CMD so that its whole process tree dies with its owner.
     Run(RunArgs),
@@ -116,7 +121,9 @@ the whole schema is docs/SUPERVISE.md in the source repository):
   {\"op\":\"list\"}                      every tree and its live count
 End of input, the owner's death or SIGTERM ends every tree; the exit status is then 0.";
 
-/// What `run` and `supervise` share (the library's `GuardOptions`).
+// What `run` and `supervise` share (the library's `GuardOptions`). A plain comment: a
+// doc comment here would become the about line of `run --help` and `supervise --help`
+// (the subcommands are built deferred, and a flattened struct's doc then wins).
 #[derive(clap::Args, Debug)]
 struct GuardArgs {
     /// A name for the tree, shown by `undertaker ps` (supervise: the default name of
@@ -504,4 +511,14 @@ fn cmd_doctor(json: bool, state_dir: Option<PathBuf>) -> i32 {
         );
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command's definition when it builds it; with the subcommands
+    /// deferred, a mistake in one would surface only when that subcommand is used.
+    #[test]
+    fn every_subcommand_definition_is_valid() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
 }

@@ -82,4 +82,19 @@ fn help_has_examples_exit_statuses_and_only_the_options_that_apply() {
         assert!(!text.contains("--cgroup-root"), "{command}: {text}");
         assert!(!text.contains("docs/CLI-JSON"), "{command}: {text}");
     }
+    // Each command's help opens with the line the top-level list gives it (the
+    // subcommands are built only when used: a flattened struct's doc could take over).
+    for command in ["run", "supervise", "ps", "sweep", "kill", "log", "doctor"] {
+        let listed = top
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(command))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("{command} not listed: {top}"));
+        let text = help(&[command, "--help"]);
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.trim_end_matches('.').starts_with(listed),
+            "{command}: help opens with {first:?}, listed as {listed:?}"
+        );
+    }
 }
