@@ -10,7 +10,10 @@ are of medians (wall, exit latency) or means (CPU) taken in the same run
 A PREFIX is a wrapper command as one argument (words split on spaces), e.g.
 "tini -s --" or "target/release/undertaker run --tier subreaper --"; the first is
 the anchor of the ratios. Without --exit each sample is `PREFIX /bin/true`: wall time
-of spawn to reap, and the CPU time of the wrapper's whole tree (wait4's rusage). With
+of spawn to reap, and the CPU time of every process the wrapper started, wherever it
+ended: this script is a child subreaper, so a process the wrapper left behind (bwrap's
+outer process exits without reaping its namespace's init, which then still runs CMD's
+exit) is reparented here and reaped after the wrapper, its rusage added. With
 --exit, CMD is undertaker-bench's `__stamp` mode (target/release/undertaker-bench, or
 $UNDERTAKER_BENCH): it prints CLOCK_MONOTONIC and exits, and the sample is the time
 from there until the wrapper is reaped. stdin and stdout are /dev/null (--exit: a
@@ -18,7 +21,7 @@ pipe for stdout; --pipeline: a pipe only a sibling reads, as in `run … | cat`,
 undertaker's host detection looks for the reader among its ancestors). Needs a state
 dir: $UNDERTAKER_STATE_DIR, else a temporary one.
 """
-import argparse, os, statistics, sys, tempfile, time
+import argparse, ctypes, os, statistics, sys, tempfile, time
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=300)
@@ -32,8 +35,23 @@ bench = os.environ.get("UNDERTAKER_BENCH", os.path.join(here, "..", "target", "r
 conts = [c.split() for c in a.prefix]
 cmd = [bench, "__stamp"] if a.exit else ["/bin/true"]
 null = os.open("/dev/null", os.O_RDWR)
+PR_SET_CHILD_SUBREAPER = 36
+if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed: CPU times would miss orphaned processes")
+
+
+def reap_left_behind():
+    """CPU µs of the processes a wrapper left running: reparented here, reaped now."""
+    used = 0.0
+    while True:
+        try:
+            _, _, ru = os.wait4(-1, 0)
+        except ChildProcessError:
+            return used
+        used += (ru.ru_utime + ru.ru_stime) * 1e6
 wall = [[] for _ in conts]
 cpu = [[] for _ in conts]
+orphaned = [[] for _ in conts]  # the part of cpu spent in processes left behind
 for r in range(a.rounds + 1):  # round 0 warms up, untimed
     k = r % len(conts)
     for i in list(range(k, len(conts))) + list(range(k)):
@@ -62,6 +80,7 @@ for r in range(a.rounds + 1):  # round 0 warms up, untimed
         if sibling:
             os.close(wr)
             os.waitpid(sibling, 0)
+        left = reap_left_behind()
         if os.waitstatus_to_exitcode(st) != 0:
             sys.exit(f"{a.prefix[i]}: exit status {os.waitstatus_to_exitcode(st)}")
         if a.exit:
@@ -71,7 +90,8 @@ for r in range(a.rounds + 1):  # round 0 warms up, untimed
             dt = end - stamp
         if r:
             wall[i].append(dt / 1e3)
-            cpu[i].append((ru.ru_utime + ru.ru_stime) * 1e6)
+            cpu[i].append((ru.ru_utime + ru.ru_stime) * 1e6 + left)
+            orphaned[i].append(left)
 print(f"{a.rounds} rounds, {'exit latency' if a.exit else 'start-up'}; load {os.getloadavg()[0]:.2f}")
 w0, c0 = statistics.median(wall[0]), statistics.mean(cpu[0])
 for i, c in enumerate(a.prefix):
@@ -80,4 +100,7 @@ for i, c in enumerate(a.prefix):
     if not a.exit:
         u = statistics.mean(cpu[i])
         line += f"   CPU {u:6.0f} µs {u / c0:5.2f}×"
+        o = statistics.mean(orphaned[i])
+        if o:
+            line += f" (left behind by the wrapper: {o:.0f} µs)"
     print(line)

@@ -37,6 +37,32 @@ pub fn reaped_children_cpu_us() -> f64 {
     us(ru.ru_utime) + us(ru.ru_stime)
 }
 
+/// While alive, this process is a child subreaper: a process a wrapper leaves running
+/// when it exits (bwrap's outer process exits without reaping its PID namespace's
+/// init, which then still runs CMD's end) is reparented here instead of to init, so
+/// [`Self::reap_left_behind`] can reap it and `RUSAGE_CHILDREN` counts its CPU time.
+/// Only for measurements during which the bench has no other child.
+pub struct OrphanCatcher(());
+
+impl OrphanCatcher {
+    pub fn new() -> std::io::Result<OrphanCatcher> {
+        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?;
+        Ok(OrphanCatcher(()))
+    }
+
+    /// Waits for and reaps every child left (the wrapper itself was reaped already).
+    pub fn reap_left_behind(&self) {
+        while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::empty()) {}
+    }
+}
+
+impl Drop for OrphanCatcher {
+    fn drop(&mut self) {
+        self.reap_left_behind();
+        let _ = rustix::process::set_child_subreaper(None);
+    }
+}
+
 /// Hidden mode `__stamp`: print the monotonic time, then exit at once.
 pub fn stamp_main() -> ! {
     let mut out = std::io::stdout().lock();

@@ -208,10 +208,18 @@ pub fn spawn_cpu(env: &Env, cfg: &Config) -> Measurement {
 
 fn spawn_measured(env: &Env, cfg: &Config, cpu: bool) -> Measurement {
     let cmd = vec![env.true_bin.clone().into_os_string()];
+    // CPU samples count what a wrapper leaves running after it exits, too.
+    let catcher = match cpu {
+        true => crate::procs::OrphanCatcher::new()
+            .ok()
+            .map(std::rc::Rc::new),
+        false => None,
+    };
     let contenders = wrappers(env, true)
         .into_iter()
         .map(|w| {
             let cmd = cmd.clone();
+            let catcher = catcher.clone();
             Contender::new(w.name.clone(), move || {
                 let prefix = match &w.prefix {
                     Ok(p) => p,
@@ -222,6 +230,9 @@ fn spawn_measured(env: &Env, cfg: &Config, cpu: bool) -> Measurement {
                 let t = Instant::now();
                 let st = c.status();
                 let dt = t.elapsed();
+                if let Some(catcher) = &catcher {
+                    catcher.reap_left_behind();
+                }
                 let cpu_used = crate::procs::reaped_children_cpu_us() - cpu_before;
                 match st {
                     Ok(s) if s.success() && cpu => Attempt::Sample(cpu_used),
@@ -236,7 +247,7 @@ fn spawn_measured(env: &Env, cfg: &Config, cpu: bool) -> Measurement {
         Spec {
             key: if cpu { "spawn_cpu" } else { "spawn" }.into(),
             what: if cpu {
-                "CPU time (user + system, rusage of reaped children) of `WRAPPER /bin/true`'s whole tree"
+                "CPU time (user + system, rusage of reaped children) of `WRAPPER /bin/true`'s whole tree, with what the wrapper left running when it exited (the bench is a subreaper while it measures)"
             } else {
                 "wall time of fork+exec+wait of `WRAPPER /bin/true` from the bench"
             }
