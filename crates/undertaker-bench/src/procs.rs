@@ -391,3 +391,27 @@ impl Drop for Cgroup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wrapper that exits while its child still works (as bwrap's outer process
+    /// does): with the catcher, that child's CPU time is counted.
+    #[test]
+    fn cpu_of_a_process_left_behind_is_counted() {
+        let burn = "(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done) & exit 0";
+        let catcher = OrphanCatcher::new().unwrap();
+        let before = reaped_children_cpu_us();
+        let st = std::process::Command::new("sh")
+            .args(["-c", burn])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        catcher.reap_left_behind();
+        let used = reaped_children_cpu_us() - before;
+        drop(catcher);
+        // The loop takes well over 50 ms of CPU on any machine; the shell alone ~1 ms.
+        assert!(used > 50_000.0, "counted {used} µs");
+    }
+}
