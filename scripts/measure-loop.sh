@@ -6,7 +6,8 @@
 #   scripts/measure-loop.sh [UNDERTAKER | "WRAPPER PREFIX"]...
 # An argument without a space is an undertaker binary (`UNDERTAKER run --`); one with a
 # space is used as the prefix itself (e.g. "env UNDERTAKER_NO_HEAL=1 ut run --").
-# Default: target/release/undertaker. FLOOR=1 adds the C floor (crates/undertaker-bench/
+# Default: target/release/undertaker. The scratch state dir is made by `mktemp -d`
+# (TMPDIR picks its file system). FLOOR=1 adds the C floor (crates/undertaker-bench/
 # floor/floor.c): one process (`-`), a guardian (`g`), plus a cgroup (`gc`), plus a
 # record file (`gcr`).
 set -euo pipefail
@@ -75,7 +76,10 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print a[int((NR
 tini=$(echo "${times[tini -s --]}" | median)
 tini_cpu=$(echo "${cpu[tini -s --]}" | median)
 what=${CONCURRENT:+"$CONCURRENT at once"}
-echo "${what:-$N in a loop}, $ROUNDS rounds; $(uptime)"
+# Where the records went: on an ext4 without a journal each new file's inode search
+# skips recently freed inodes, so the state dir's file system and its recent deletions
+# weigh on undertaker's figures (docs/BENCHMARKS.md, "Issue 30, fourth round").
+echo "${what:-$N in a loop}, $ROUNDS rounds; state dir $state on $(stat -f -c %T "$state"); $(uptime)"
 for n in "${names[@]}"; do
   m=$(echo "${times[$n]}" | median)
   c=$(echo "${cpu[$n]}" | median)
