@@ -19,9 +19,7 @@ pub use crate::linux::contain::cgroup_name::{dir_name, parse_dir_name, NAME_PREF
 use crate::linux::contain::cgroup_place::{is_tree_cgroup_path, may_hold_trees};
 use crate::linux::kernel::poll::poll_until;
 // Placement and the mount live in `cgroup_place`; the tier is used through this module.
-pub use crate::linux::contain::cgroup_place::{
-    current_mount, locate, parse_cgroup2_mount, CgroupMount, Location,
-};
+pub use crate::linux::contain::cgroup_place::{current_mount, locate, CgroupMount, Location};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::empty_pidns;
 use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};

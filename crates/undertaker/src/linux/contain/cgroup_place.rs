@@ -16,6 +16,9 @@ use rustix::fs::Mode;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+mod mount;
+pub use mount::current_mount;
+
 /// The environment variable that asks for a parent directory of tree cgroups (the
 /// `--cgroup-root` flag wins over it).
 pub const CGROUP_ROOT_ENV: &str = "UNDERTAKER_CGROUP_ROOT";
@@ -37,7 +40,7 @@ fn asked_root() -> Option<PathBuf> {
     })
 }
 
-/// A cgroup2 mount, from /proc/self/mountinfo.
+/// A cgroup2 mount (which one: [`current_mount`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupMount {
     /// Where it is mounted (e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified).
@@ -69,7 +72,7 @@ pub(crate) fn unescape(field: &str) -> String {
 }
 
 /// The first cgroup2 mount in a mountinfo text.
-pub fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
+pub(crate) fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         if right.split(' ').next()? != "cgroup2" {
@@ -122,12 +125,6 @@ impl CgroupMount {
 /// kernel regenerates as it goes, on `run`'s path before CMD starts.
 fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     crate::linux::kernel::procfs::read_text(path.as_ref())
-}
-
-pub fn current_mount() -> Result<CgroupMount, String> {
-    let text = read_text("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    parse_cgroup2_mount(&text).ok_or_else(|| "no cgroup2 filesystem is mounted".into())
 }
 
 /// Which rule chose a [`Location`].
