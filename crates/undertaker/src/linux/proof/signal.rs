@@ -153,6 +153,8 @@ pub struct Signaller {
     host_pgrp: i32,
     /// Our own /proc stat, read at most once (see [`Signaller::own_stat`]).
     own_stat: std::sync::OnceLock<Box<crate::linux::kernel::procfs::Stat>>,
+    /// See [`Signaller::launch_parent`].
+    launch_parent: Option<Box<crate::linux::kernel::procfs::Stat>>,
 }
 
 impl Signaller {
@@ -164,15 +166,25 @@ impl Signaller {
         let pid = getpid().as_raw_nonzero().get();
         let pgrp = crate::linux::kernel::sys::process_group();
         let uid = getuid().as_raw();
+        let parent_now = || getppid().map_or(0, |p| p.as_raw_nonzero().get());
         let mut ancestors = Vec::new();
-        let mut cursor = getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        let mut parent = None;
+        let mut cursor = parent_now();
         while cursor > 0 && ancestors.len() < 4096 {
             ancestors.push(cursor);
             match procfs.stat(cursor) {
-                Ok(s) => cursor = s.ppid,
+                Ok(s) => {
+                    cursor = s.ppid;
+                    if ancestors.len() == 1 {
+                        parent = Some(Box::new(s));
+                    }
+                }
                 Err(_) => break,
             }
         }
+        // Still our parent after the read, so the stat was its own: a number is
+        // never reused while its process is our parent.
+        let launch_parent = parent.filter(|s| s.pid == parent_now());
         let boot_id = procfs.boot_id()?;
         Ok(Self {
             me: SelfFacts {
@@ -187,6 +199,7 @@ impl Signaller {
             procfs,
             host_pgrp: pgrp,
             own_stat: std::sync::OnceLock::new(),
+            launch_parent,
         })
     }
 
@@ -203,7 +216,17 @@ impl Signaller {
             procfs: self.procfs.clone(),
             host_pgrp: self.host_pgrp,
             own_stat: std::sync::OnceLock::new(),
+            launch_parent: self.launch_parent.clone(),
         }
+    }
+
+    /// The /proc stat of the parent of the process the host started (the first
+    /// undertaker process; a forked child keeps its parent's), as the ancestor walk
+    /// read it at start, proven that parent's: it still was after the read. Start-up
+    /// records the host and the owner from it instead of reading it again. Fields the
+    /// parent may change (its group, its own parent) must not be taken from it later.
+    pub fn launch_parent(&self) -> Option<&crate::linux::kernel::procfs::Stat> {
+        self.launch_parent.as_deref()
     }
 
     /// Our own /proc stat, read once per process: the start-up path asks for our
