@@ -127,6 +127,12 @@ fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     crate::linux::kernel::procfs::read_text(path.as_ref())
 }
 
+/// [`read_text`] of a single-record file (`/proc/self/cgroup`, a cgroup's control
+/// files): one read.
+fn read_single_text(path: impl AsRef<Path>) -> std::io::Result<String> {
+    crate::linux::kernel::procfs::read_single_text(path.as_ref())
+}
+
 /// Which rule chose a [`Location`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlaceKind {
@@ -203,7 +209,7 @@ impl OwnCgroup {
         let Some(dir) = mount.dir_of(rel) else {
             return Self::default();
         };
-        let kind = read_text(dir.join("cgroup.type"));
+        let kind = read_single_text(dir.join("cgroup.type"));
         let at_top = dir == mount.mount_point;
         let root = rustix::process::geteuid().is_root();
         let owned =
@@ -213,7 +219,7 @@ impl OwnCgroup {
             container_root: at_top && kind.is_ok(),
             threaded: kind.as_deref().unwrap_or("").contains("threaded"),
             writable: writable(&dir) && writable(&dir.join("cgroup.procs")),
-            subtree_control: read_text(dir.join("cgroup.subtree_control"))
+            subtree_control: read_single_text(dir.join("cgroup.subtree_control"))
                 .unwrap_or_default()
                 .trim()
                 .to_string(),
@@ -340,7 +346,7 @@ pub fn locate() -> Result<Location, String> {
             "asked with --cgroup-root".into(),
         ));
     }
-    let rel = read_text("/proc/self/cgroup")
+    let rel = read_single_text("/proc/self/cgroup")
         .ok()
         .and_then(|t| parse_cgroup_v2(&t))
         .ok_or("this process is in no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")?;
