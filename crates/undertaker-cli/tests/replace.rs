@@ -416,6 +416,17 @@ fn without_stdio_pipes_or_with_a_sibling_writer_the_host_is_the_parent() {
         Some(own_starttime),
         "{first}"
     );
+    // CMD's real uid (through its pidfd where the kernel tells it, record.rs).
+    let root = record
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| !l["root"].is_null())
+        .unwrap();
+    assert_eq!(
+        root["root"]["uid"].as_u64(),
+        Some(u64::from(rustix::process::getuid().as_raw())),
+        "{root}"
+    );
     signal_child(&plain, rustix::process::Signal::TERM);
     assert!(wait_child(&mut plain, Duration::from_secs(60)).is_some());
     assert_nothing_left();
