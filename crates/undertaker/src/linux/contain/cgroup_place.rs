@@ -310,6 +310,10 @@ fn usable(dir: &Path, mount: &CgroupMount) -> Result<(), String> {
             mount.mount_point.display()
         ));
     }
+    // There and writable, as on every start but the first: one look.
+    if writable(dir) {
+        return Ok(());
+    }
     match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o755)) {
         // Root of a user namespace is not root of the cgroupfs: the directory may
         // exist yet belong to an unmapped owner, so check we can write it.
