@@ -270,15 +270,6 @@ pub struct Procfs {
 /// Our boot-time offset in clock ticks, from `timens_offsets` under `root` (`self/`):
 /// 0 when the file is absent (no time namespaces, or a fake root) or unreadable.
 fn boot_offset_ticks(root: &Path) -> i128 {
-    // `timens_offsets` shows the offsets of the time namespace for our children: none
-    // in the initial one, which nsfs numbers PROC_TIME_INIT_INO (include/linux/
-    // proc_ns.h; no other namespace gets a number below 0xF0000000). One `stat` on
-    // nearly every machine instead of opening and reading the file.
-    const PROC_TIME_INIT_INO: u64 = 0xEFFF_FFFA;
-    let ns = rustix::fs::stat(root.join("self/ns/time_for_children"));
-    if ns.is_ok_and(|st| st.st_ino == PROC_TIME_INIT_INO) {
-        return 0;
-    }
     // One record, produced whole at the first read.
     let Ok((bytes, _)) = read_capped_with(&root.join("self/timens_offsets"), SMALL_FILE_CAP, true)
     else {

@@ -590,15 +590,3 @@ fn a_process_read_inside_exec_still_shows_its_environment() {
         "{misses} of 300 reads missed a live child's environment"
     );
 }
-
-/// The initial time namespace's shortcut (one `stat` of nsfs) gives what
-/// `timens_offsets` says here.
-#[test]
-fn the_time_namespace_shortcut_agrees_with_timens_offsets() {
-    let file = std::fs::read_to_string("/proc/self/timens_offsets").unwrap_or_default();
-    let hz = rustix::param::clock_ticks_per_second();
-    assert_eq!(
-        boot_offset_ticks(Path::new("/proc")),
-        parse_boot_offset(&file, hz)
-    );
-}
