@@ -166,14 +166,20 @@ impl BlockedSignals {
         self.fd.as_fd()
     }
 
-    /// Reads every pending signal number without blocking.
+    /// Reads every pending signal number without blocking. The kernel fills a read
+    /// with as many pending signals as fit and stops short only when none is left, so
+    /// a read that is not full ends the drain without a last read that finds nothing
+    /// (one system call less per wake-up, on the exit path of both processes).
     pub fn drain(&self) -> io::Result<Vec<i32>> {
+        const BATCH: usize = 16;
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
         let mut out = Vec::new();
         loop {
-            let mut info = MaybeUninit::<libc::signalfd_siginfo>::uninit();
-            let size = std::mem::size_of::<libc::signalfd_siginfo>();
-            // SAFETY: reads at most `size` bytes into `info`, which is exactly that big.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), info.as_mut_ptr().cast(), size) };
+            let mut infos = [MaybeUninit::<libc::signalfd_siginfo>::uninit(); BATCH];
+            // SAFETY: reads at most `BATCH * size` bytes into `infos`, which is exactly
+            // that big.
+            let n =
+                unsafe { libc::read(self.fd.as_raw_fd(), infos.as_mut_ptr().cast(), BATCH * size) };
             if n < 0 {
                 let err = io::Error::last_os_error();
                 if err.kind() == io::ErrorKind::WouldBlock {
@@ -184,12 +190,15 @@ impl BlockedSignals {
                 }
                 return Err(err);
             }
-            if n as usize != size {
+            let whole = n as usize / size;
+            for info in &infos[..whole] {
+                // SAFETY: the kernel filled the first `whole` structs entirely.
+                let info = unsafe { info.assume_init_ref() };
+                out.push(info.ssi_signo as i32);
+            }
+            if whole < BATCH {
                 return Ok(out);
             }
-            // SAFETY: the kernel filled the whole struct (n == size).
-            let info = unsafe { info.assume_init() };
-            out.push(info.ssi_signo as i32);
         }
     }
 }
