@@ -158,7 +158,8 @@ pub struct Signaller {
 }
 
 impl Signaller {
-    /// Reads our own pid, real process group, uid, ancestors and boot id from /proc.
+    /// Reads our own pid, real process group, uid, ancestors (our parent's stat, the
+    /// links above it through pidfds where the kernel tells them) and boot id.
     pub fn for_current_process(procfs: Procfs) -> Result<Self, ProcError> {
         // Our own facts come from system calls: no /proc read on `run`'s start path
         // for what the kernel tells directly (issue 30).
