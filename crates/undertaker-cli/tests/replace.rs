@@ -390,6 +390,43 @@ fn without_stdio_pipes_or_with_a_sibling_writer_the_host_is_the_parent() {
         Some(i64::from(std::process::id())),
         "{row}"
     );
+    // The host's and the owner's start times are this process's (recorded from the
+    // start-up read of the parent, signal.rs's `launch_parent`).
+    let own_starttime = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')?
+                .1
+                .split(' ')
+                .nth(20)?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap();
+    assert_eq!(row["host_starttime"].as_u64(), Some(own_starttime), "{row}");
+    let record = std::fs::read_dir(state.join("trees"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .find(|text| text.contains(&format!("\"{}\"", row["id"].as_str().unwrap())))
+        .unwrap();
+    let first: Value = serde_json::from_str(record.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        first["tree"]["owner"]["starttime"].as_u64(),
+        Some(own_starttime),
+        "{first}"
+    );
+    // CMD's real uid (through its pidfd where the kernel tells it, record.rs).
+    let root = record
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| !l["root"].is_null())
+        .unwrap();
+    assert_eq!(
+        root["root"]["uid"].as_u64(),
+        Some(u64::from(rustix::process::getuid().as_raw())),
+        "{root}"
+    );
     signal_child(&plain, rustix::process::Signal::TERM);
     assert!(wait_child(&mut plain, Duration::from_secs(60)).is_some());
     assert_nothing_left();

@@ -106,6 +106,7 @@ impl StateDir {
                     path: path.to_path_buf(),
                     msg: e.to_string(),
                 })?;
+                check_private(path, uid).map_err(unsafe_dir)?;
             }
             Err(e) => {
                 return Err(RegistryError::Io {
@@ -113,9 +114,8 @@ impl StateDir {
                     msg: e.to_string(),
                 })
             }
-            Ok(_) => {}
+            Ok(meta) => judge_private(&meta, uid).map_err(unsafe_dir)?,
         }
-        check_private(path, uid).map_err(unsafe_dir)?;
         let dir = Self {
             path: path.to_path_buf(),
         };
@@ -151,6 +151,14 @@ impl StateDir {
 
 /// Creates `sub` (0700) when missing, then gives it the state dir's checks.
 fn private_subdir(sub: PathBuf, uid: u32) -> Result<(), RegistryError> {
+    let unsafe_dir = |why| RegistryError::UnsafeStateDir {
+        path: sub.clone(),
+        why,
+    };
+    // Judged as found: one look when it is there, as on every start but the first.
+    if let Ok(meta) = std::fs::symlink_metadata(&sub) {
+        return judge_private(&meta, uid).map_err(unsafe_dir);
+    }
     if let Err(e) = create_private(&sub) {
         // Something is in its place: the checks say what.
         if std::fs::symlink_metadata(&sub).is_err() {
@@ -160,16 +168,18 @@ fn private_subdir(sub: PathBuf, uid: u32) -> Result<(), RegistryError> {
             });
         }
     }
-    check_private(&sub, uid).map_err(|why| RegistryError::UnsafeStateDir {
-        path: sub.clone(),
-        why,
-    })
+    check_private(&sub, uid).map_err(unsafe_dir)
 }
 
 /// Refuses a symlink, a non-directory, a directory not owned by `uid`, or one others
 /// may write; `Err` says why.
 fn check_private(path: &Path, uid: u32) -> Result<(), String> {
     let meta = std::fs::symlink_metadata(path).map_err(|e| e.to_string())?;
+    judge_private(&meta, uid)
+}
+
+/// [`check_private`] of what `lstat` found.
+fn judge_private(meta: &std::fs::Metadata, uid: u32) -> Result<(), String> {
     if meta.file_type().is_symlink() {
         return Err("it is a symlink".into());
     }

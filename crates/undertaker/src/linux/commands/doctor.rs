@@ -184,14 +184,9 @@ pub fn run(state_dir: Option<&Path>) -> DoctorReport {
         .to_string_lossy()
         .into_owned();
     let mut checks = pidfd_checks();
-    let mount = std::fs::read_to_string("/proc/self/mountinfo")
-        .ok()
-        .and_then(|t| cgroup::parse_cgroup2_mount(&t));
     checks.push(check(
         "cgroup2_mount",
-        mount
-            .map(|m| format!("{}", m.mount_point.display()))
-            .ok_or_else(|| "no cgroup2 filesystem is mounted".to_string()),
+        cgroup::current_mount().map(|m| format!("{}", m.mount_point.display())),
     ));
     let (cgroup, cgroup_placement) = probe_cgroup();
     checks.push(check("cgroup2_writable", cgroup.clone()));

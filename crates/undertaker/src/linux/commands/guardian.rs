@@ -118,7 +118,7 @@ pub fn run(opts: &RunOptions) -> Result<i32, RunError> {
     let containment = Containment::choose(guard.tier)?;
     tracing::debug!(tier = %containment.tier(), "tier chosen");
     let mut host = HostProcess::become_host(&containment, signals)?;
-    let owner_record = owner.record(&guard.owner, signaller.procfs());
+    let owner_record = owner.record(&guard.owner, signaller.procfs(), signaller.launch_parent());
     let mut tree = Tree::create(
         guard,
         id.clone(),

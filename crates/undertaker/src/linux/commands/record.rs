@@ -8,6 +8,7 @@
 use crate::audit::{audit_entry, AuditEvent};
 use crate::identity::TreeId;
 use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::sys;
 use crate::linux::proof::signal::Signaller;
 use crate::registry::record_file::{Line, RecordWriter};
 use crate::registry::{
@@ -15,6 +16,7 @@ use crate::registry::{
     TreeRecord,
 };
 use crate::{GuardOptions, RunError};
+use rustix::fd::BorrowedFd;
 
 /// Test-only hooks: milliseconds to sleep after the record file is written and
 /// before CMD is spawned, and before the finished mark, so tests can kill a guardian
@@ -181,11 +183,21 @@ impl Recorder {
     }
 
     /// Records CMD's identity, read right after spawn (its pidfd is already open).
-    pub fn set_root(&self, procfs: &Procfs, pid: i32) {
+    /// The real uid comes through `pidfd` when the kernel tells it (Linux 6.13):
+    /// `/proc/PID/status`, read otherwise, is the largest file start-up reads.
+    pub fn set_root(&self, procfs: &Procfs, pid: i32, pidfd: Option<BorrowedFd<'_>>) {
         if self.writer.is_none() {
             return;
         }
-        let (Ok(stat), Ok(uid)) = (procfs.stat(pid), procfs.real_uid(pid)) else {
+        let Ok(stat) = procfs.stat(pid) else {
+            return;
+        };
+        let told = pidfd.and_then(|fd| sys::pidfd_get_info(fd).ok().flatten());
+        let uid = match told {
+            Some(info) if info.pid == pid => Ok(info.ruid),
+            _ => procfs.real_uid(pid),
+        };
+        let Ok(uid) = uid else {
             return;
         };
         self.write(&[Line::Root(RootRecord {

@@ -110,14 +110,26 @@ fn find_host(procfs: &Procfs, ancestors: &[i32]) -> Option<(usize, HostEvidence)
 
 /// The host's record, proven: its start time is read while a pidfd pins it, then
 /// every link between us and it is checked unchanged, so the number was our
-/// ancestor's all along (an ancestor's number is never reused while it lives).
+/// ancestor's all along (an ancestor's number is never reused while it lives). Our
+/// parent needs no pin: the ancestor walk's read of it, proven by our parent being
+/// unchanged after it ([`Signaller::launch_parent`]), and the same check here.
 fn prove(
-    procfs: &Procfs,
+    signaller: &Signaller,
     ancestors: &[i32],
     i: usize,
     found_by: HostEvidence,
 ) -> Option<HostRecord> {
+    let procfs = signaller.procfs();
     let pid = ancestors[i];
+    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    if let Some(stat) = signaller.launch_parent().filter(|s| i == 0 && s.pid == pid) {
+        return (parent == Some(pid)).then(|| HostRecord {
+            pid,
+            starttime: stat.starttime,
+            name: stat.comm.clone(),
+            found_by,
+        });
+    }
     let pinned = PidRef::open(pid).ok()?;
     let stat = procfs.stat(pid).ok()?;
     let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
@@ -166,7 +178,7 @@ pub(crate) fn identify(signaller: &Signaller, command: &[OsString]) -> StartReco
     let me = signaller.me();
     let procfs = signaller.procfs();
     let found = find_host(procfs, &me.ancestors);
-    let host = found.and_then(|(i, by)| prove(procfs, &me.ancestors, i, by));
+    let host = found.and_then(|(i, by)| prove(signaller, &me.ancestors, i, by));
     let host_child_pid = match found {
         Some((0, _)) => Some(me.pid),
         Some((i, _)) => Some(me.ancestors[i - 1]),

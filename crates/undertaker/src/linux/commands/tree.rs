@@ -214,7 +214,7 @@ impl Tree {
         self.live.placement = Some(placement);
         if !namespace {
             let procfs = launch.signaller.procfs();
-            self.recorder.set_root(procfs, root.pid());
+            self.recorder.set_root(procfs, root.pid(), Some(root.fd()));
             if self.anchors_marked_orphans() {
                 self.live.root_starttime = procfs.stat(root.pid()).map_or(0, |s| s.starttime);
             }

@@ -19,9 +19,7 @@ pub use crate::linux::contain::cgroup_name::{dir_name, parse_dir_name, NAME_PREF
 use crate::linux::contain::cgroup_place::{is_tree_cgroup_path, may_hold_trees};
 use crate::linux::kernel::poll::poll_until;
 // Placement and the mount live in `cgroup_place`; the tier is used through this module.
-pub use crate::linux::contain::cgroup_place::{
-    current_mount, locate, parse_cgroup2_mount, CgroupMount, Location,
-};
+pub use crate::linux::contain::cgroup_place::{current_mount, locate, CgroupMount, Location};
 use crate::linux::kernel::procfs::Procfs;
 use crate::linux::proof::empty_pidns;
 use crate::linux::proof::signal::{Members, ProvenProcess, Signaller};
@@ -43,9 +41,20 @@ pub fn move_to(dir: &Path, pid: i32) -> io::Result<()> {
     std::fs::write(dir.join("cgroup.procs"), pid.to_string())
 }
 
-/// Inode of our PID namespace (`/proc/self/ns/pid`).
+/// Inode of our PID namespace (`/proc/self/ns/pid`): the number its link reads
+/// (`pid:[4026531836]`, the namespace's inode, namespaces(7)). A `stat` through the
+/// link gives the same number and costs about twice as much: nsfs makes a dentry for
+/// it (run's start path names the tree cgroup with it).
 pub fn own_pidns() -> Option<u64> {
-    rustix::fs::stat("/proc/self/ns/pid").ok().map(|s| s.st_ino)
+    let mut buf = [0u8; 64];
+    let n = rustix::fs::readlinkat_raw(rustix::fs::CWD, "/proc/self/ns/pid", &mut buf[..]).ok()?;
+    parse_pidns_link(&buf[..n])
+}
+
+/// The inode number in a `/proc/PID/ns/pid` link (`pid:[N]`).
+fn parse_pidns_link(link: &[u8]) -> Option<u64> {
+    let digits = link.strip_prefix(b"pid:[")?.strip_suffix(b"]")?;
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// A tree's cgroup. `path` and `id` are what the registry records.
@@ -430,4 +439,19 @@ pub fn list_tree_cgroups(procfs: &Procfs) -> Vec<FoundTreeCgroup> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod pidns_tests {
+    #[test]
+    fn own_pidns_is_the_inode_a_stat_through_the_link_gives() {
+        let st = rustix::fs::stat("/proc/self/ns/pid").unwrap();
+        assert_eq!(super::own_pidns(), Some(st.st_ino));
+        assert_eq!(
+            super::parse_pidns_link(b"pid:[4026531836]"),
+            Some(4026531836)
+        );
+        assert_eq!(super::parse_pidns_link(b"net:[4026531840]"), None);
+        assert_eq!(super::parse_pidns_link(b"pid:[12"), None);
+    }
 }

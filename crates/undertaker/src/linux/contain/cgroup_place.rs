@@ -16,6 +16,9 @@ use rustix::fs::Mode;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+mod mount;
+pub use mount::current_mount;
+
 /// The environment variable that asks for a parent directory of tree cgroups (the
 /// `--cgroup-root` flag wins over it).
 pub const CGROUP_ROOT_ENV: &str = "UNDERTAKER_CGROUP_ROOT";
@@ -37,7 +40,7 @@ fn asked_root() -> Option<PathBuf> {
     })
 }
 
-/// A cgroup2 mount, from /proc/self/mountinfo.
+/// A cgroup2 mount (which one: [`current_mount`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CgroupMount {
     /// Where it is mounted (e.g. /sys/fs/cgroup or /sys/fs/cgroup/unified).
@@ -69,7 +72,7 @@ pub(crate) fn unescape(field: &str) -> String {
 }
 
 /// The first cgroup2 mount in a mountinfo text.
-pub fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
+pub(crate) fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
     mountinfo.lines().find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         if right.split(' ').next()? != "cgroup2" {
@@ -124,10 +127,10 @@ fn read_text(path: impl AsRef<Path>) -> std::io::Result<String> {
     crate::linux::kernel::procfs::read_text(path.as_ref())
 }
 
-pub fn current_mount() -> Result<CgroupMount, String> {
-    let text = read_text("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    parse_cgroup2_mount(&text).ok_or_else(|| "no cgroup2 filesystem is mounted".into())
+/// [`read_text`] of a single-record file (`/proc/self/cgroup`, a cgroup's control
+/// files): one read.
+fn read_single_text(path: impl AsRef<Path>) -> std::io::Result<String> {
+    crate::linux::kernel::procfs::read_single_text(path.as_ref())
 }
 
 /// Which rule chose a [`Location`].
@@ -206,7 +209,7 @@ impl OwnCgroup {
         let Some(dir) = mount.dir_of(rel) else {
             return Self::default();
         };
-        let kind = read_text(dir.join("cgroup.type"));
+        let kind = read_single_text(dir.join("cgroup.type"));
         let at_top = dir == mount.mount_point;
         let root = rustix::process::geteuid().is_root();
         let owned =
@@ -216,7 +219,7 @@ impl OwnCgroup {
             container_root: at_top && kind.is_ok(),
             threaded: kind.as_deref().unwrap_or("").contains("threaded"),
             writable: writable(&dir) && writable(&dir.join("cgroup.procs")),
-            subtree_control: read_text(dir.join("cgroup.subtree_control"))
+            subtree_control: read_single_text(dir.join("cgroup.subtree_control"))
                 .unwrap_or_default()
                 .trim()
                 .to_string(),
@@ -307,6 +310,10 @@ fn usable(dir: &Path, mount: &CgroupMount) -> Result<(), String> {
             mount.mount_point.display()
         ));
     }
+    // There and writable, as on every start but the first: one look.
+    if writable(dir) {
+        return Ok(());
+    }
     match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o755)) {
         // Root of a user namespace is not root of the cgroupfs: the directory may
         // exist yet belong to an unmapped owner, so check we can write it.
@@ -343,7 +350,7 @@ pub fn locate() -> Result<Location, String> {
             "asked with --cgroup-root".into(),
         ));
     }
-    let rel = read_text("/proc/self/cgroup")
+    let rel = read_single_text("/proc/self/cgroup")
         .ok()
         .and_then(|t| parse_cgroup_v2(&t))
         .ok_or("this process is in no cgroup v2 hierarchy (no 0:: line in /proc/self/cgroup)")?;

@@ -5,7 +5,7 @@
 //! Beside it, [`StdioPeer`]: the host holding undertaker's stdio pipes.
 
 use crate::linux::kernel::poll::{readable_now, timespec};
-use crate::linux::kernel::procfs::Procfs;
+use crate::linux::kernel::procfs::{Procfs, Stat};
 use crate::linux::kernel::sys;
 use crate::linux::proof::pidref::PidRef;
 use crate::registry::{OwnerKind, OwnerRecord};
@@ -146,15 +146,25 @@ impl Owner {
         }
     }
 
-    /// The owner as the registry records it, for `ps` and `sweep` to check later.
-    pub(crate) fn record(&self, spec: &OwnerSpec, procfs: &Procfs) -> OwnerRecord {
+    /// The owner as the registry records it, for `ps` and `sweep` to check later. An
+    /// owner that is the parent the host's launch had is recorded from the start-up
+    /// read of it ([`crate::linux::proof::signal::Signaller::launch_parent`]).
+    pub(crate) fn record(
+        &self,
+        spec: &OwnerSpec,
+        procfs: &Procfs,
+        launch_parent: Option<&Stat>,
+    ) -> OwnerRecord {
         let (kind, pid) = match (self, spec) {
             (Owner::None, _) => (OwnerKind::None, None),
             (Owner::Pipe { .. }, _) => (OwnerKind::Fd, None),
             (Owner::Process { pid, .. }, OwnerSpec::Parent) => (OwnerKind::Parent, Some(*pid)),
             (Owner::Process { pid, .. }, _) => (OwnerKind::Pid, Some(*pid)),
         };
-        let starttime = pid.and_then(|p| procfs.stat(p).ok()).map(|s| s.starttime);
+        let starttime = pid.and_then(|p| match launch_parent {
+            Some(s) if s.pid == p => Some(s.starttime),
+            _ => procfs.stat(p).ok().map(|s| s.starttime),
+        });
         OwnerRecord {
             kind,
             pid,

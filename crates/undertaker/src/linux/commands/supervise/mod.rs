@@ -59,7 +59,7 @@ pub fn run(sup_opts: &SuperviseOptions) -> Result<i32, RunError> {
     let containment = Containment::choose(opts.tier)?;
     let host = HostProcess::become_host(&containment, signals)?;
     let channel = Channel::from_stdin(signaller.me().uid)?;
-    let owner_record = owner.record(&opts.owner, signaller.procfs());
+    let owner_record = owner.record(&opts.owner, signaller.procfs(), signaller.launch_parent());
     if owner.gone() {
         return Err(RunError::OwnerGone(owner.describe()));
     }

@@ -59,7 +59,7 @@ impl Tree {
                 members = fresh;
             }
         }
-        self.recorder.set_root(procfs, leader_pid);
+        self.recorder.set_root(procfs, leader_pid, None);
         if matches!(placement, Placement::Portable) {
             self.track_taken(signaller, &members.proven);
         }
@@ -125,7 +125,7 @@ impl Tree {
         });
         let members = ProcTable::scan(signaller).walk(signaller, found);
         if let Some(r) = members.proven.iter().find(|m| Some(m.pid()) == root) {
-            self.recorder.set_root(signaller.procfs(), r.pid());
+            self.recorder.set_root(signaller.procfs(), r.pid(), None);
         }
         self.hold(signaller, members, group, taken)
     }

@@ -165,3 +165,48 @@ proptest::proptest! {
         let _ = may_hold_trees(&unified(), Path::new(&s));
     }
 }
+
+#[test]
+fn mountinfo_reading_of_the_rule_prefers_the_well_known_mounts() {
+    use mount::{from_mountinfo_text, MountAt};
+    // A cgroup2 mount listed before /sys/fs/cgroup/unified loses to it.
+    let text = format!("20 1 0:40 /x /mnt/early rw - cgroup2 cgroup2 rw\n{HYBRID}");
+    let by_id = |path: &str| match path {
+        "/sys/fs/cgroup" => MountAt::Id(31),
+        "/sys/fs/cgroup/unified" => MountAt::Id(41),
+        _ => MountAt::NoMount,
+    };
+    let m = from_mountinfo_text(&text, by_id).unwrap();
+    assert_eq!(m.mount_point, PathBuf::from("/sys/fs/cgroup/unified"));
+    assert_eq!(m.root, "/");
+    // Before Linux 5.8 the mount point decides; of stacked mounts, the last listed.
+    let stacked = format!("{text}50 31 0:41 /c /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n");
+    let m = from_mountinfo_text(&stacked, |_| MountAt::Unknown).unwrap();
+    assert_eq!(
+        (m.mount_point.to_str(), m.root.as_str()),
+        (Some("/sys/fs/cgroup/unified"), "/c")
+    );
+    // Neither well-known path is a cgroup2 mount: the first one listed.
+    let m = from_mountinfo_text(&text, |_| MountAt::NoMount).unwrap();
+    assert_eq!(
+        (m.mount_point.to_str(), m.root.as_str()),
+        (Some("/mnt/early"), "/x")
+    );
+}
+
+/// The kernel's answer (statx + statmount) and mountinfo's agree on this machine.
+#[test]
+fn statmount_and_mountinfo_choose_the_same_mount_here() {
+    let slow = mount::from_mountinfo();
+    match mount::without_mountinfo() {
+        Some(fast) => assert_eq!(Ok(fast), slow),
+        None => {
+            let why = format!(
+                "SKIP: statmount (Linux 6.8) unavailable or no well-known cgroup2 mount here ({slow:?})"
+            );
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("{why}");
+        }
+    }
+    assert_eq!(current_mount(), slow);
+}

@@ -11,8 +11,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 mod read;
-pub use read::read_text;
 use read::{read_capped, read_capped_with};
+pub use read::{read_single_text, read_text};
 
 /// Errors from reading or parsing procfs files.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -270,7 +270,9 @@ pub struct Procfs {
 /// Our boot-time offset in clock ticks, from `timens_offsets` under `root` (`self/`):
 /// 0 when the file is absent (no time namespaces, or a fake root) or unreadable.
 fn boot_offset_ticks(root: &Path) -> i128 {
-    let Ok((bytes, _)) = read_capped(&root.join("self/timens_offsets"), SMALL_FILE_CAP) else {
+    // One record, produced whole at the first read.
+    let Ok((bytes, _)) = read_capped_with(&root.join("self/timens_offsets"), SMALL_FILE_CAP, true)
+    else {
         return 0;
     };
     parse_boot_offset(
@@ -494,7 +496,8 @@ impl Procfs {
     pub fn boot_id(&self) -> Result<String, ProcError> {
         let path = self.root.join("sys/kernel/random/boot_id");
         let (bytes, truncated) =
-            read_capped(&path, SMALL_FILE_CAP).map_err(|e| plain_io(&path, &e))?;
+            // A sysctl value, produced whole at the first read.
+            read_capped_with(&path, SMALL_FILE_CAP, true).map_err(|e| plain_io(&path, &e))?;
         if truncated {
             return Err(malformed("boot_id", "file too large"));
         }

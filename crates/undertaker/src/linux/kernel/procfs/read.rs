@@ -1,9 +1,25 @@
 //! Reading small kernel-generated files whole: procfs reports size 0, so the buffer
 //! cannot be sized up front.
 
-use std::fs::File;
-use std::io::{self, Read};
+use rustix::fd::OwnedFd;
+use rustix::fs::{Mode, OFlags};
+use std::io;
 use std::path::Path;
+
+/// Opens `path` for reading with one system call: musl's `open` (std's `File::open`)
+/// follows an `O_CLOEXEC` open with an `fcntl` setting it again, for kernels older
+/// than any undertaker runs on.
+fn open(path: &Path) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
+}
+
+fn read(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+    Ok(rustix::io::read(fd, buf)?)
+}
 
 /// Reads at most `cap` bytes; the flag says whether the file was longer.
 /// procfs reports size 0, so we cannot size the buffer up front. procfs fills a read
@@ -26,12 +42,12 @@ pub(super) fn read_capped_with(
     short_is_eof: bool,
 ) -> io::Result<(Vec<u8>, bool)> {
     const FIRST: usize = 4096;
-    let mut file = File::open(path)?;
+    let file = open(path)?;
     let mut first = [0u8; FIRST];
     let want = FIRST.min(cap + 1);
     let mut len = 0;
     loop {
-        match file.read(&mut first[len..want]) {
+        match read(&file, &mut first[len..want]) {
             Ok(0) => break,
             Ok(n) => {
                 len += n;
@@ -51,7 +67,7 @@ pub(super) fn read_capped_with(
     }
     buf.resize((want * 2).min(cap + 1), 0);
     loop {
-        match file.read(&mut buf[len..]) {
+        match read(&file, &mut buf[len..]) {
             Ok(0) => break,
             Ok(n) => {
                 len += n;
@@ -76,11 +92,22 @@ pub(super) fn read_capped_with(
     Ok((buf, truncated))
 }
 
-/// A small kernel-generated text file (mountinfo, a cgroup's control files), whole:
-/// one read for what fits 4 KiB, on the stack ([`read_capped_with`]).
+/// A small kernel-generated text file (mountinfo), whole: one read for what fits
+/// 4 KiB, on the stack ([`read_capped_with`]).
 pub fn read_text(path: &Path) -> io::Result<String> {
+    read_text_with(path, false)
+}
+
+/// [`read_text`] of a file the kernel produces whole at the first read (a
+/// single-record seq_file: `/proc/PID/cgroup`, a cgroup's control files), so a short
+/// read is its end.
+pub fn read_single_text(path: &Path) -> io::Result<String> {
+    read_text_with(path, true)
+}
+
+fn read_text_with(path: &Path, short_is_eof: bool) -> io::Result<String> {
     const CAP: usize = 16 << 20;
-    let (bytes, truncated) = read_capped(path, CAP)?;
+    let (bytes, truncated) = read_capped_with(path, CAP, short_is_eof)?;
     if truncated {
         return Err(io::Error::other(format!(
             "{} is larger than 16 MiB",

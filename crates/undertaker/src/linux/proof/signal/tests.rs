@@ -491,3 +491,18 @@ fn the_whole_namespace_token_exists_only_for_pid_1() {
     // The test process is not PID 1 of a namespace: `kill(-1)` cannot be reached.
     assert!(NamespaceInit::after_fork_into_new_namespace().is_none());
 }
+
+/// The ancestor walk (through pidfds above our parent where the kernel tells the
+/// parent) finds the chain `/proc/PID/stat` gives, up to init.
+#[test]
+fn the_ancestor_walk_is_the_stat_chain() {
+    let procfs = Procfs::new();
+    let me = signaller();
+    let mut by_stat = Vec::new();
+    let mut cursor = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+    while cursor > 0 {
+        by_stat.push(cursor);
+        cursor = procfs.stat(cursor).map_or(0, |s| s.ppid);
+    }
+    assert_eq!(me.me().ancestors, by_stat);
+}
