@@ -1,0 +1,193 @@
+//! The heap the `undertaker` binary allocates from (its `#[global_allocator]`; the
+//! library never imposes it): dlmalloc behind a lock, on memory it maps here. musl's
+//! own allocator maps and unmaps page groups all through start-up, a page fault at
+//! each first touch and a TLB flush at each unmap; dlmalloc keeps what it freed and
+//! reuses it (docs/BENCHMARKS.md, "Issue 30, fourth round: the allocator"). What it
+//! keeps goes back to the kernel when the process settles ([`release_free`], from
+//! `settle_heap`), so an idle guardian or sentinel does not hold start-up's garbage.
+#![allow(unsafe_code)]
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ptr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// dlmalloc behind a lock (a guardian's self-healing look runs on threads of its
+/// own). Declare it global in a binary: `#[global_allocator] static HEAP: DlmallocHeap
+/// = DlmallocHeap;`.
+pub struct DlmallocHeap;
+
+/// dlmalloc's unit of mapping (its default).
+const GRANULARITY: usize = 64 << 10;
+const PAGE: usize = 4 << 10;
+
+static HEAP: Mutex<dlmalloc::Dlmalloc<Pages>> =
+    Mutex::new(dlmalloc::Dlmalloc::new_with_allocator(Pages {
+        closed: false,
+    }));
+
+fn heap() -> MutexGuard<'static, dlmalloc::Dlmalloc<Pages>> {
+    // A panic never happens with the lock held (dlmalloc reports failure by null).
+    HEAP.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// SAFETY: every call goes to the one dlmalloc instance under its lock, with the
+// layout the caller gives (GlobalAlloc's contract is dlmalloc's: a block is freed or
+// resized with the size and alignment it was allocated with). Locking allocates
+// nothing (a futex word), so the allocator never re-enters itself.
+unsafe impl GlobalAlloc for DlmallocHeap {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        heap().malloc(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        heap().calloc(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        heap().free(ptr, layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        heap().realloc(ptr, layout.size(), layout.align(), new_size)
+    }
+}
+
+/// Returns the heap's free memory to the kernel: the top of the heap and every wholly
+/// free segment are unmapped (trim), and the pages inside the free blocks between
+/// live ones are dropped (`MADV_DONTNEED`: they stay mapped and come back zeroed when
+/// reused). A settled process's live blocks are a few KiB scattered over start-up's
+/// pages; trim alone leaves every page below the highest of them resident.
+/// Nothing to do when the heap is not in use (a library user's process).
+pub fn release_free() {
+    let mut heap = heap();
+    // Trim releases whole units of the granularity: one page here, then back.
+    heap.set_granularity(PAGE);
+    // SAFETY: trim only unmaps memory no block lives in, under the lock.
+    unsafe { heap.trim(0) };
+    drop_free_pages(&mut heap);
+    // SAFETY: as above; the blocks just freed may have joined the top.
+    unsafe { heap.trim(0) };
+    heap.set_granularity(GRANULARITY);
+}
+
+/// The sizes that take the free blocks out of the heap, largest first. A request is
+/// served by the smallest free block that fits it, so after a size's round no free
+/// block that large is left. Steps of a quarter page up to 64 KiB: what is split off
+/// a block and left free (its header keeps the page it starts in resident) is less
+/// than a quarter page, so the block's pages up to that one are dropped. Down to a
+/// page and a quarter: a smaller block holds no whole page.
+fn take_sizes() -> impl Iterator<Item = usize> {
+    const LARGE: [usize; 3] = [1024 << 10, 256 << 10, 128 << 10];
+    let quarter_pages = (5..=64).rev().map(|n| n * PAGE / 4);
+    LARGE.into_iter().chain(quarter_pages)
+}
+
+/// dlmalloc has no call that lists its free blocks: with the mapping of new memory
+/// refused, every free block of at least two pages is allocated, its whole pages are
+/// dropped, and all of them are freed again.
+fn drop_free_pages(heap: &mut dlmalloc::Dlmalloc<Pages>) {
+    heap.allocator_mut().closed = true;
+    // The blocks taken, linked through their first word.
+    let mut taken: *mut u8 = ptr::null_mut();
+    for size in take_sizes() {
+        loop {
+            // SAFETY: a plain allocation; null when no free block fits (mapping is
+            // refused).
+            let block = unsafe { heap.malloc(size, ALIGN) };
+            if block.is_null() {
+                break;
+            }
+            // SAFETY: the block is ours, `size` bytes, aligned for a pointer.
+            unsafe { block.cast::<*mut u8>().write(taken) };
+            taken = block;
+            let low = (block as usize + std::mem::size_of::<usize>()).next_multiple_of(PAGE);
+            let high = (block as usize + size) & !(PAGE - 1);
+            if high > low {
+                // SAFETY: [low, high) lies inside the block, which we own and whose
+                // contents we discard; private anonymous memory reads back as zeros.
+                unsafe { libc::madvise(low as *mut libc::c_void, high - low, libc::MADV_DONTNEED) };
+            }
+        }
+    }
+    heap.allocator_mut().closed = false;
+    while !taken.is_null() {
+        // SAFETY: the link written into the block when it was taken.
+        let next = unsafe { taken.cast::<*mut u8>().read() };
+        // SAFETY: allocated by this heap above; dlmalloc's free needs no size (the
+        // size argument is only checked in its debug builds).
+        unsafe { heap.c_free(taken) };
+        taken = next;
+    }
+}
+
+/// The alignment dlmalloc gives every block.
+const ALIGN: usize = 2 * std::mem::size_of::<usize>();
+
+/// The memory dlmalloc carves blocks from: private anonymous mappings. `closed`:
+/// no new mapping (while the free blocks are being taken out).
+struct Pages {
+    closed: bool,
+}
+
+// SAFETY: the mappings returned are fresh, private, anonymous and read-write, of the
+// size asked; `free` and `free_part` unmap only what `alloc` mapped, as dlmalloc asks.
+unsafe impl dlmalloc::Allocator for Pages {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        if self.closed {
+            return (ptr::null_mut(), 0, 0);
+        }
+        // SAFETY: a new mapping; no existing memory is touched.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            (ptr::null_mut(), 0, 0)
+        } else {
+            (addr.cast(), size, 0)
+        }
+    }
+
+    fn remap(&self, ptr: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
+        let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
+        // SAFETY: [ptr, ptr + oldsize) is a mapping `alloc` made (dlmalloc's contract).
+        let addr = unsafe { libc::mremap(ptr.cast(), oldsize, newsize, flags) };
+        if addr == libc::MAP_FAILED {
+            ptr::null_mut()
+        } else {
+            addr.cast()
+        }
+    }
+
+    fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
+        // SAFETY: as in `remap`; the part beyond `newsize` holds no block.
+        unsafe { libc::mremap(ptr.cast(), oldsize, newsize, 0) != libc::MAP_FAILED }
+    }
+
+    fn free(&self, ptr: *mut u8, size: usize) -> bool {
+        // SAFETY: a whole mapping `alloc` made, holding no block.
+        unsafe { libc::munmap(ptr.cast(), size) == 0 }
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        true
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+}
