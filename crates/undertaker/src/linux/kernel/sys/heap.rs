@@ -20,14 +20,68 @@ pub struct DlmallocHeap;
 const GRANULARITY: usize = 64 << 10;
 const PAGE: usize = 4 << 10;
 
-static HEAP: Mutex<dlmalloc::Dlmalloc<Pages>> =
-    Mutex::new(dlmalloc::Dlmalloc::new_with_allocator(Pages {
-        closed: false,
-    }));
+/// The heap's state (a dlmalloc instance, about 1 KiB) lives at the start of its first
+/// mapping, not in the binary's data: there it would lengthen the data every process
+/// of a tree dirties by that much, and cost a page wherever that crosses one
+/// (docs/BENCHMARKS.md, "Issue 30, fourth round: the allocator"). Null until the
+/// first allocation, or when its mapping failed.
+static HEAP: Mutex<State> = Mutex::new(State(ptr::null_mut()));
 
-fn heap() -> MutexGuard<'static, dlmalloc::Dlmalloc<Pages>> {
+struct State(*mut Dlmalloc);
+
+type Dlmalloc = dlmalloc::Dlmalloc<Pages>;
+
+// SAFETY: the state is reached only through the mutex that holds this pointer.
+unsafe impl Send for State {}
+
+/// The locked heap; `None` when it has no state (its first mapping failed).
+struct Locked(MutexGuard<'static, State>);
+
+impl std::ops::Deref for Locked {
+    type Target = Dlmalloc;
+    fn deref(&self) -> &Dlmalloc {
+        // SAFETY: non-null (checked in `heap`), initialised, and ours while locked.
+        unsafe { &*self.0 .0 }
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut Dlmalloc {
+        // SAFETY: as in `deref`.
+        unsafe { &mut *self.0 .0 }
+    }
+}
+
+fn heap() -> Option<Locked> {
     // A panic never happens with the lock held (dlmalloc reports failure by null).
-    HEAP.lock().unwrap_or_else(PoisonError::into_inner)
+    let mut state = HEAP.lock().unwrap_or_else(PoisonError::into_inner);
+    if state.0.is_null() {
+        state.0 = first_mapping();
+    }
+    (!state.0.is_null()).then_some(Locked(state))
+}
+
+/// Bytes at the start of the first mapping that hold the state.
+const STATE_ROOM: usize = std::mem::size_of::<Dlmalloc>().next_multiple_of(64);
+
+/// Maps the heap's first region, two units of mapping, and writes the state at its
+/// start; the rest is dlmalloc's first segment (`Pages::spare`), so the state shares
+/// its page with the first blocks. Null when the mapping fails.
+fn first_mapping() -> *mut Dlmalloc {
+    let size = 2 * GRANULARITY;
+    let base = map(size);
+    if base.is_null() {
+        return ptr::null_mut();
+    }
+    let pages = Pages {
+        closed: false,
+        spare: std::cell::Cell::new((base as usize + STATE_ROOM, size - STATE_ROOM)),
+    };
+    let state = base.cast::<Dlmalloc>();
+    // SAFETY: a fresh read-write mapping of `size` bytes, page-aligned, larger than
+    // the state; nothing else points into it.
+    unsafe { state.write(dlmalloc::Dlmalloc::new_with_allocator(pages)) };
+    state
 }
 
 // SAFETY: every call goes to the one dlmalloc instance under its lock, with the
@@ -37,22 +91,31 @@ fn heap() -> MutexGuard<'static, dlmalloc::Dlmalloc<Pages>> {
 unsafe impl GlobalAlloc for DlmallocHeap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        heap().malloc(layout.size(), layout.align())
+        heap().map_or(ptr::null_mut(), |mut h| {
+            h.malloc(layout.size(), layout.align())
+        })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        heap().calloc(layout.size(), layout.align())
+        heap().map_or(ptr::null_mut(), |mut h| {
+            h.calloc(layout.size(), layout.align())
+        })
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        heap().free(ptr, layout.size(), layout.align())
+        // A block to free means the heap exists.
+        if let Some(mut heap) = heap() {
+            heap.free(ptr, layout.size(), layout.align())
+        }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        heap().realloc(ptr, layout.size(), layout.align(), new_size)
+        heap().map_or(ptr::null_mut(), |mut h| {
+            h.realloc(ptr, layout.size(), layout.align(), new_size)
+        })
     }
 }
 
@@ -63,7 +126,7 @@ unsafe impl GlobalAlloc for DlmallocHeap {
 /// pages; trim alone leaves every page below the highest of them resident.
 /// Nothing to do when the heap is not in use (a library user's process).
 pub fn release_free() {
-    let mut heap = heap();
+    let Some(mut heap) = heap() else { return };
     // Trim releases whole units of the granularity: one page here, then back.
     heap.set_granularity(PAGE);
     // SAFETY: trim only unmaps memory no block lives in, under the lock.
@@ -89,7 +152,7 @@ fn take_sizes() -> impl Iterator<Item = usize> {
 /// dlmalloc has no call that lists its free blocks: with the mapping of new memory
 /// refused, every free block of at least two pages is allocated, its whole pages are
 /// dropped, and all of them are freed again.
-fn drop_free_pages(heap: &mut dlmalloc::Dlmalloc<Pages>) {
+fn drop_free_pages(heap: &mut Dlmalloc) {
     heap.allocator_mut().closed = true;
     // The blocks taken, linked through their first word.
     let mut taken: *mut u8 = ptr::null_mut();
@@ -127,37 +190,51 @@ fn drop_free_pages(heap: &mut dlmalloc::Dlmalloc<Pages>) {
 /// The alignment dlmalloc gives every block.
 const ALIGN: usize = 2 * std::mem::size_of::<usize>();
 
-/// The memory dlmalloc carves blocks from: private anonymous mappings. `closed`:
-/// no new mapping (while the free blocks are being taken out).
-struct Pages {
-    closed: bool,
+/// A new private, anonymous, read-write mapping; null when it fails.
+fn map(size: usize) -> *mut u8 {
+    // SAFETY: a new mapping; no existing memory is touched.
+    let addr = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        ptr::null_mut()
+    } else {
+        addr.cast()
+    }
 }
 
-// SAFETY: the mappings returned are fresh, private, anonymous and read-write, of the
-// size asked; `free` and `free_part` unmap only what `alloc` mapped, as dlmalloc asks.
+/// The memory dlmalloc carves blocks from: private anonymous mappings, the first of
+/// them the rest of the state's own (`spare`, handed out once; the one segment
+/// that does not start on a page, and is never unmapped whole).
+/// `closed`: no new memory (while the free blocks are being taken out).
+struct Pages {
+    closed: bool,
+    spare: std::cell::Cell<(usize, usize)>,
+}
+
+// SAFETY: the regions returned are fresh (or the unused rest of the state's mapping),
+// private, anonymous and read-write, of at least the size asked; `free` and
+// `free_part` unmap only what `alloc` handed out, never the state's page.
 unsafe impl dlmalloc::Allocator for Pages {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
         if self.closed {
             return (ptr::null_mut(), 0, 0);
         }
-        // SAFETY: a new mapping; no existing memory is touched.
-        let addr = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                size,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            (ptr::null_mut(), 0, 0)
-        } else {
-            (addr.cast(), size, 0)
+        let (spare, spare_size) = self.spare.get();
+        if spare_size >= size {
+            self.spare.set((0, 0));
+            return (spare as *mut u8, spare_size, 0);
         }
+        let addr = map(size);
+        (addr, if addr.is_null() { 0 } else { size }, 0)
     }
-
     fn remap(&self, ptr: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
         let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
         // SAFETY: [ptr, ptr + oldsize) is a mapping `alloc` made (dlmalloc's contract).
@@ -170,13 +247,24 @@ unsafe impl dlmalloc::Allocator for Pages {
     }
 
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
+        let (low, high) = (ptr as usize + newsize, ptr as usize + oldsize);
+        if ptr as usize % PAGE != 0 {
+            // The first segment: its mapping ends at `high`; the whole pages from `low`
+            // go (the part of a page below them stays mapped, unused).
+            let low = low.next_multiple_of(PAGE);
+            // SAFETY: [low, high) is the end of the state's mapping, past the state,
+            // holding no block (dlmalloc releases it).
+            return low >= high
+                || unsafe { libc::munmap(low as *mut libc::c_void, high - low) == 0 };
+        }
         // SAFETY: as in `remap`; the part beyond `newsize` holds no block.
         unsafe { libc::mremap(ptr.cast(), oldsize, newsize, 0) != libc::MAP_FAILED }
     }
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
+        // The first segment never goes whole: the state lives just below it.
         // SAFETY: a whole mapping `alloc` made, holding no block.
-        unsafe { libc::munmap(ptr.cast(), size) == 0 }
+        ptr as usize % PAGE == 0 && unsafe { libc::munmap(ptr.cast(), size) == 0 }
     }
 
     fn can_release_part(&self, _flags: u32) -> bool {
