@@ -139,14 +139,15 @@ pub fn release_free() {
 
 /// The sizes that take the free blocks out of the heap, largest first. A request is
 /// served by the smallest free block that fits it, so after a size's round no free
-/// block that large is left. Steps of a quarter page up to 64 KiB: what is split off
-/// a block and left free (its header keeps the page it starts in resident) is less
-/// than a quarter page, so the block's pages up to that one are dropped. Down to a
-/// page and a quarter: a smaller block holds no whole page.
+/// block that large is left. Steps of 128 bytes up to 64 KiB: what is split off a
+/// free block and left free is smaller than a step, so the block taken reaches the
+/// page that the next block's header keeps resident anyway (the header of what is
+/// left free would keep a page of its own). Down to a page and a quarter: a smaller
+/// block holds no whole page. Some 500 requests that fail at once: microseconds.
 fn take_sizes() -> impl Iterator<Item = usize> {
     const LARGE: [usize; 3] = [1024 << 10, 256 << 10, 128 << 10];
-    let quarter_pages = (5..=64).rev().map(|n| n * PAGE / 4);
-    LARGE.into_iter().chain(quarter_pages)
+    let steps = (40..=512).rev().map(|n| n * 128);
+    LARGE.into_iter().chain(steps)
 }
 
 /// dlmalloc has no call that lists its free blocks: with the mapping of new memory
