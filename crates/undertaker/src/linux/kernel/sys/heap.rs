@@ -280,3 +280,56 @@ unsafe impl dlmalloc::Allocator for Pages {
         PAGE
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pages of [addr, addr + len) in memory (mincore).
+    fn resident_pages(addr: *mut u8, len: usize) -> usize {
+        let low = addr as usize & !(PAGE - 1);
+        let pages = (addr as usize + len - low).div_ceil(PAGE);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: [low, low + pages pages) is mapped (the heap's segment holds it);
+        // mincore writes one byte per page into `vec`.
+        let rc = unsafe { libc::mincore(low as *mut libc::c_void, pages * PAGE, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn a_settle_gives_back_the_pages_between_live_blocks_and_keeps_the_blocks() {
+        // The test harness allocates from the system's allocator; this test alone uses
+        // the heap, through its GlobalAlloc.
+        let heap = DlmallocHeap;
+        let small = Layout::from_size_align(64, 16).unwrap();
+        let big = Layout::from_size_align(64 << 10, 16).unwrap();
+        // SAFETY: blocks from this heap, used within their layouts, freed once.
+        unsafe {
+            let low = heap.alloc(small);
+            let middle = heap.alloc(big);
+            let high = heap.alloc(small);
+            assert!(!low.is_null() && !middle.is_null() && !high.is_null());
+            low.write_bytes(1, 64);
+            middle.write_bytes(2, 64 << 10);
+            high.write_bytes(3, 64);
+            let before = resident_pages(middle, 64 << 10);
+            heap.dealloc(middle, big);
+            release_free();
+            let after = resident_pages(middle, 64 << 10);
+            // Trim alone keeps them all: a live block lies above.
+            assert!(before >= 16 && after <= 2, "{before} pages -> {after}");
+            assert!(std::slice::from_raw_parts(low, 64).iter().all(|&b| b == 1));
+            assert!(std::slice::from_raw_parts(high, 64).iter().all(|&b| b == 3));
+            // The heap goes on: the dropped pages come back zeroed when reused.
+            let again = heap.alloc_zeroed(big);
+            assert!(std::slice::from_raw_parts(again, 64 << 10)
+                .iter()
+                .all(|&b| b == 0));
+            again.write_bytes(4, 64 << 10);
+            heap.dealloc(again, big);
+            heap.dealloc(low, small);
+            heap.dealloc(high, small);
+        }
+    }
+}
