@@ -26,8 +26,8 @@ macro_rules! errln {
 }
 
 // musl's allocator maps and unmaps pages all through start-up; this heap keeps and
-// reuses them, and gives them back when the process settles (docs/BENCHMARKS.md,
-// "Issue 30, fourth round: the allocator").
+// reuses them, and gives them back when the process settles. It pays with glibc too
+// (docs/BENCHMARKS.md, "Issue 30, fourth round: the allocator").
 #[cfg(target_os = "linux")]
 #[global_allocator]
 static HEAP: undertaker::DlmallocHeap = undertaker::DlmallocHeap;

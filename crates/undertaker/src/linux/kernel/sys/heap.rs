@@ -5,6 +5,10 @@
 //! reuses it (docs/BENCHMARKS.md, "Issue 30, fourth round: the allocator"). What it
 //! keeps goes back to the kernel when the process settles ([`release_free`], from
 //! `settle_heap`), so an idle guardian or sentinel does not hold start-up's garbage.
+//!
+//! Its lock is not reset in a forked child: the crate forks only single-threaded
+//! processes (sys/child.rs), and the child of a multi-threaded one (std's spawn, the
+//! vfork-style clone3) allocates nothing before exec.
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout};
@@ -34,7 +38,7 @@ type Dlmalloc = dlmalloc::Dlmalloc<Pages>;
 // SAFETY: the state is reached only through the mutex that holds this pointer.
 unsafe impl Send for State {}
 
-/// The locked heap; `None` when it has no state (its first mapping failed).
+/// The locked heap.
 struct Locked(MutexGuard<'static, State>);
 
 impl std::ops::Deref for Locked {
@@ -52,13 +56,25 @@ impl std::ops::DerefMut for Locked {
     }
 }
 
+/// The heap, locked, made at the first call; `None` when its first mapping failed.
 fn heap() -> Option<Locked> {
-    // A panic never happens with the lock held (dlmalloc reports failure by null).
-    let mut state = HEAP.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut state = lock();
     if state.0.is_null() {
         state.0 = first_mapping();
     }
     (!state.0.is_null()).then_some(Locked(state))
+}
+
+/// The heap, locked, if it was ever made (it never is where the binary's allocator is
+/// not this one: a library user's process).
+fn heap_in_use() -> Option<Locked> {
+    let state = lock();
+    (!state.0.is_null()).then_some(Locked(state))
+}
+
+fn lock() -> MutexGuard<'static, State> {
+    // A panic never happens with the lock held (dlmalloc reports failure by null).
+    HEAP.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Bytes at the start of the first mapping that hold the state.
@@ -106,7 +122,7 @@ unsafe impl GlobalAlloc for DlmallocHeap {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // A block to free means the heap exists.
-        if let Some(mut heap) = heap() {
+        if let Some(mut heap) = heap_in_use() {
             heap.free(ptr, layout.size(), layout.align())
         }
     }
@@ -126,7 +142,9 @@ unsafe impl GlobalAlloc for DlmallocHeap {
 /// pages; trim alone leaves every page below the highest of them resident.
 /// Nothing to do when the heap is not in use (a library user's process).
 pub fn release_free() {
-    let Some(mut heap) = heap() else { return };
+    let Some(mut heap) = heap_in_use() else {
+        return;
+    };
     // Trim releases whole units of the granularity: one page here, then back.
     heap.set_granularity(PAGE);
     // SAFETY: trim only unmaps memory no block lives in, under the lock.
@@ -151,8 +169,8 @@ fn take_sizes() -> impl Iterator<Item = usize> {
 }
 
 /// dlmalloc has no call that lists its free blocks: with the mapping of new memory
-/// refused, every free block of at least two pages is allocated, its whole pages are
-/// dropped, and all of them are freed again.
+/// refused, every free block of a page and a quarter or more is allocated
+/// ([`take_sizes`]), its whole pages are dropped, and all of them are freed again.
 fn drop_free_pages(heap: &mut Dlmalloc) {
     heap.allocator_mut().closed = true;
     // The blocks taken, linked through their first word.
