@@ -25,6 +25,13 @@ macro_rules! errln {
     }};
 }
 
+// musl's allocator maps and unmaps pages all through start-up; this heap keeps and
+// reuses them, and gives them back when the process settles. It pays with glibc too
+// (docs/BENCHMARKS.md, "Issue 30, fourth round: the allocator").
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static HEAP: undertaker::DlmallocHeap = undertaker::DlmallocHeap;
+
 mod clock;
 mod logging;
 mod printable;
@@ -44,7 +51,7 @@ when CMD cannot be found or run, 125 when undertaker could not guard it; 2 for a
 error everywhere; `kill` and `sweep` 0 when nothing guarded is left alive, 1 otherwise,
 and `kill` 3 when the tree's supervisor cannot be asked (nothing is signalled then).";
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "undertaker",
     version,
@@ -72,7 +79,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 // Each subcommand's arguments are built only when that subcommand is parsed (or its
 // help shown): building all of them on every start cost `run` 16 % of its CPU time,
 // most of it in page faults and allocator churn (docs/BENCHMARKS.md, "Issue 30,
@@ -124,7 +131,7 @@ End of input, the owner's death or SIGTERM ends every tree; the exit status is t
 // What `run` and `supervise` share (the library's `GuardOptions`). A plain comment: a
 // doc comment here would become the about line of `run --help` and `supervise --help`
 // (the subcommands are built deferred, and a flattened struct's doc then wins).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct GuardArgs {
     /// A name for the tree, shown by `undertaker ps` (supervise: the default name of
     /// the trees it creates).
@@ -167,7 +174,7 @@ impl GuardArgs {
     }
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct RunArgs {
     #[command(flatten)]
     guard: GuardArgs,
@@ -182,7 +189,7 @@ struct RunArgs {
     command: Vec<OsString>,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct SuperviseArgs {
     #[command(flatten)]
     guard: GuardArgs,
@@ -193,7 +200,7 @@ struct SuperviseArgs {
     parent_pgid: Option<i32>,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct PsArgs {
     /// Print one JSON array, a tree per element, with every column's value.
     #[arg(long)]
@@ -206,7 +213,7 @@ struct PsArgs {
     by_owner: bool,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct SweepArgs {
     /// Signal nothing; print what would be signalled.
     #[arg(long)]
@@ -219,7 +226,7 @@ struct SweepArgs {
     grace: std::time::Duration,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct KillArgs {
     /// Tree id, a unique prefix of at least 4 characters, or a label.
     tree: String,
@@ -235,7 +242,7 @@ struct KillArgs {
     grace: std::time::Duration,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 struct LogArgs {
     /// Print one JSON array, an entry per element.
     #[arg(long)]
@@ -333,6 +340,15 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(e)),
+    };
+    // Clap's parse leaves its results on top of the ~40 KiB it used and freed: copied
+    // now that those are free, they sit low, and the heap's top goes back to the kernel
+    // when an idle sentinel or guardian settles (docs/BENCHMARKS.md, "Issue 30, fourth
+    // round: the allocator").
+    let cli = {
+        let copy = cli.clone();
+        drop(cli);
+        copy
     };
     init_logging(cli.log_level);
     if let Some(path) = cli.cgroup_root {

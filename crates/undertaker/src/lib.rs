@@ -137,6 +137,11 @@ pub fn exit_now(code: i32) -> ! {
 }
 #[cfg(target_os = "linux")]
 pub use client::{GuardedChild, Supervisor, SupervisorBuilder};
+/// The allocator the `undertaker` binary declares global on Linux: dlmalloc, whose
+/// free memory goes back to the kernel when a guardian or sentinel settles. Opt-in: a
+/// library user keeps its own allocator.
+#[cfg(target_os = "linux")]
+pub use linux::kernel::sys::DlmallocHeap;
 #[cfg(target_os = "linux")]
 #[doc(hidden)]
 pub mod testing;

@@ -68,6 +68,9 @@ fn watch(
         if heal_at.is_some_and(|at| Instant::now() >= at) {
             heal_at = None;
             heal::start_if_needed(heal.map(std::path::Path::to_path_buf));
+            // Starting the look and its thread's exit leave blocks freed after the
+            // look's own settle: once it has had a moment, settle again.
+            settle_at = Some(Instant::now() + heal::DELAY);
         }
         if track_at.is_some_and(|at| Instant::now() >= at) {
             tree.track();

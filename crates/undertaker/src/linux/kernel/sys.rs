@@ -9,11 +9,13 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 mod child;
+mod heap;
 mod memory;
 pub use child::{
     detach_guardian, fork_guardian, fork_into_new_pid_namespace, install_child_setup,
     reclaim_foreground, spawn_into_cgroup, ExecSpec, Forked, CGROUP_JOIN_FAILED,
 };
+pub use heap::DlmallocHeap;
 pub use memory::{settle_code, settle_heap, settle_idle};
 
 /// `PIDFD_SIGNAL_PROCESS_GROUP` from linux/pidfd.h (Linux 6.9).

@@ -4,8 +4,10 @@
 
 /// Keeps an idle process's heap small: every thread allocates from the main heap
 /// (glibc would give another thread an arena of its own, resident for the life of the
-/// process), and freed memory goes back to the kernel.
+/// process), and freed memory goes back to the kernel: the C library's, and the
+/// binary's own heap's ([`super::DlmallocHeap`]).
 pub fn settle_heap() {
+    super::heap::release_free();
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt sets one allocator parameter; malloc_trim releases free lists.
     unsafe {
