@@ -564,6 +564,45 @@ fn a_late_registry_answer_still_lets_the_restarted_supervisor_take_over() {
     assert_nothing_left();
 }
 
+/// A restarted supervisor takes over its predecessor's tree even when another command
+/// (`ps`, `sweep`, self-healing) holds the dead guardian's record locked to fold it
+/// just as the successor looks: a busy lock whose recorded guardian is gone is waited
+/// out, not taken for a live guardian (the successor skipped that tree for good, and
+/// the replay of its group, whose leader died, was refused: the Hermes test failed 1
+/// run in 5 to 10 that way).
+#[test]
+fn a_record_held_by_a_reader_still_lets_the_restarted_supervisor_take_over() {
+    if !isolate("a_record_held_by_a_reader_still_lets_the_restarted_supervisor_take_over") {
+        return;
+    }
+    let scratch = Scratch::new("hermes-reader-lock");
+    let state = scratch.path().join("state");
+    let (mut orphaned, orphan) = group_with_member();
+    let mut first = Supervisor::start(&state, "subreaper");
+    let reply = first.request(&format!("register {}", orphaned.id()));
+    assert_eq!(reply["ok"], true, "{reply}");
+    let record = state
+        .join("trees")
+        .join(format!("{}.tree", reply["tree"].as_str().unwrap()));
+    kill9(&mut first.child);
+    kill9(&mut orphaned);
+    // The lock a folding reader takes, held from before the successor starts until
+    // after the replayed `register` was sent.
+    let held = std::fs::File::open(&record).expect("the dead supervisor's record file");
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let mut second = Supervisor::start(&state, "subreaper");
+    let reader = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        drop(held);
+    });
+    let reply = second.request(&format!("register {}", orphaned.id()));
+    reader.join().unwrap();
+    assert_eq!(reply["ok"], true, "the replay was refused: {reply}");
+    assert!(alive(orphan), "the orphan was killed while its owner lives");
+    assert_eq!(second.close(), 0);
+    assert_nothing_left();
+}
+
 /// Issue 18's double-fork host: a group whose shell double-forks a `setsid` grandchild
 /// at once, registered right after spawn (the reply read), then the host waits to be
 /// killed. Prints the supervisor's pid once registered.

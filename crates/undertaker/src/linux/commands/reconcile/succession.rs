@@ -23,6 +23,7 @@
 use crate::linux::commands::reconcile::{self, Context};
 use crate::registry::{now_ms, AuditEntry, OwnerRecord, TreeRecord};
 use crate::snapshot::SnapshotEntry;
+use std::time::{Duration, Instant};
 
 use crate::linux::commands::guarded::{snapshot_of, TakenBy, GUARDED};
 
@@ -51,7 +52,7 @@ pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
             continue;
         }
         if !matches!(
-            reconcile::guardian_state(ctx, &rec.id, Some(&rec)),
+            guardian_state_past_readers(ctx, &rec),
             reconcile::GuardianState::Dead(_)
         ) {
             continue;
@@ -75,6 +76,33 @@ pub fn predecessors(ctx: &Context, owner: &OwnerRecord) -> Vec<Predecessor> {
         }
     }
     found
+}
+
+/// How long a takeover waits for another command to let go of a dead guardian's record.
+const READER_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The guardian's state, past a reader that holds its record's lock. A busy lock
+/// means a live guardian, except while another command (`ps`, `sweep`, self-healing)
+/// holds it to fold a dead guardian's record, which takes milliseconds: when the
+/// recorded guardian is provably gone, the lock is asked again until it is free (or
+/// the file folded away). Without this a `ps` at the wrong moment made the successor
+/// skip that tree for good, and its processes went unguarded while the host lived.
+fn guardian_state_past_readers(ctx: &Context, rec: &TreeRecord) -> reconcile::GuardianState {
+    let deadline = Instant::now() + READER_PATIENCE;
+    loop {
+        let state = reconcile::guardian_state(ctx, &rec.id, Some(rec));
+        let recorded_guardian_gone = || {
+            !matches!(ctx.procfs().stat(rec.guardian.pid),
+                Ok(s) if s.starttime == rec.guardian.starttime && s.state != 'Z')
+        };
+        if !matches!(state, reconcile::GuardianState::Alive)
+            || Instant::now() >= deadline
+            || !recorded_guardian_gone()
+        {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Marks a predecessor's tree finished (its successor carries it on as `successor`).
