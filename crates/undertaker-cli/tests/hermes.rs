@@ -525,6 +525,46 @@ fn a_restarted_supervisor_takes_over_its_predecessors_trees_in_the_subreaper_tie
     restarted_supervisor_takes_over("subreaper");
 }
 
+/// What a `kill -9`ed supervisor (subreaper tier) leaves: a group it registered, whose
+/// leader was then killed too, and the supervisor's record file of that tree.
+struct DeadPredecessor {
+    pgid: u32,
+    orphan: i32,
+    record: std::path::PathBuf,
+}
+
+impl DeadPredecessor {
+    fn left_in(state: &Path) -> DeadPredecessor {
+        let (mut orphaned, orphan) = group_with_member();
+        let mut first = Supervisor::start(state, "subreaper");
+        let reply = first.request(&format!("register {}", orphaned.id()));
+        assert_eq!(reply["ok"], true, "{reply}");
+        let record = state
+            .join("trees")
+            .join(format!("{}.tree", reply["tree"].as_str().unwrap()));
+        kill9(&mut first.child);
+        kill9(&mut orphaned);
+        DeadPredecessor {
+            pgid: orphaned.id(),
+            orphan,
+            record,
+        }
+    }
+
+    /// The host's replay of the group is accepted by `second` (the tree taken over),
+    /// the orphan lives, and everything ends with `second`.
+    fn replay_is_taken_over(&self, mut second: Supervisor) {
+        let reply = second.request(&format!("register {}", self.pgid));
+        assert_eq!(reply["ok"], true, "the replay was refused: {reply}");
+        assert!(
+            alive(self.orphan),
+            "the orphan was killed while its owner lives"
+        );
+        assert_eq!(second.close(), 0);
+        assert_nothing_left();
+    }
+}
+
 /// A restarted supervisor whose registry answers its start-up search late (on a loaded
 /// machine, later than the 3 s it waits at start) still takes over its predecessor's
 /// tree: the late answer is used at the replayed `register`, whose group's leader died
@@ -537,15 +577,8 @@ fn a_late_registry_answer_still_lets_the_restarted_supervisor_take_over() {
     }
     let scratch = Scratch::new("hermes-late-search");
     let state = scratch.path().join("state");
-    let (mut orphaned, orphan) = group_with_member();
-    let mut first = Supervisor::start(&state, "subreaper");
-    let reply = first.request(&format!("register {}", orphaned.id()));
-    assert_eq!(reply["ok"], true, "{reply}");
-    let record = state
-        .join("trees")
-        .join(format!("{}.tree", reply["tree"].as_str().unwrap()));
-    kill9(&mut first.child);
-    kill9(&mut orphaned);
+    let dead = DeadPredecessor::left_in(&state);
+    let record = &dead.record;
     assert!(
         record.exists(),
         "the dead supervisor's record file is there to fold"
@@ -553,15 +586,11 @@ fn a_late_registry_answer_still_lets_the_restarted_supervisor_take_over() {
     // Folding that record file takes 4 s: longer than the start-up search may take.
     let mut slow = undertaker();
     slow.env("UNDERTAKER_TEST_PAUSE_IN_FOLD", "4000");
-    let mut second = Supervisor::start_with(slow, &state, "subreaper", &[]);
+    let second = Supervisor::start_with(slow, &state, "subreaper", &[]);
     // The replay comes once the search has folded the record: its answer is on the way
     // (never a race with the fold itself, however slow the machine).
     assert!(wait_until(Duration::from_secs(60), || !record.exists()));
-    let reply = second.request(&format!("register {}", orphaned.id()));
-    assert_eq!(reply["ok"], true, "the replay was refused: {reply}");
-    assert!(alive(orphan), "the orphan was killed while its owner lives");
-    assert_eq!(second.close(), 0);
-    assert_nothing_left();
+    dead.replay_is_taken_over(second);
 }
 
 /// A restarted supervisor takes over its predecessor's tree even when another command
@@ -577,30 +606,18 @@ fn a_record_held_by_a_reader_still_lets_the_restarted_supervisor_take_over() {
     }
     let scratch = Scratch::new("hermes-reader-lock");
     let state = scratch.path().join("state");
-    let (mut orphaned, orphan) = group_with_member();
-    let mut first = Supervisor::start(&state, "subreaper");
-    let reply = first.request(&format!("register {}", orphaned.id()));
-    assert_eq!(reply["ok"], true, "{reply}");
-    let record = state
-        .join("trees")
-        .join(format!("{}.tree", reply["tree"].as_str().unwrap()));
-    kill9(&mut first.child);
-    kill9(&mut orphaned);
+    let dead = DeadPredecessor::left_in(&state);
     // The lock a folding reader takes, held from before the successor starts until
     // after the replayed `register` was sent.
-    let held = std::fs::File::open(&record).expect("the dead supervisor's record file");
+    let held = std::fs::File::open(&dead.record).expect("the dead supervisor's record file");
     rustix::fs::flock(&held, rustix::fs::FlockOperation::LockExclusive).unwrap();
-    let mut second = Supervisor::start(&state, "subreaper");
+    let second = Supervisor::start(&state, "subreaper");
     let reader = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(500));
         drop(held);
     });
-    let reply = second.request(&format!("register {}", orphaned.id()));
+    dead.replay_is_taken_over(second);
     reader.join().unwrap();
-    assert_eq!(reply["ok"], true, "the replay was refused: {reply}");
-    assert!(alive(orphan), "the orphan was killed while its owner lives");
-    assert_eq!(second.close(), 0);
-    assert_nothing_left();
 }
 
 /// Issue 18's double-fork host: a group whose shell double-forks a `setsid` grandchild
