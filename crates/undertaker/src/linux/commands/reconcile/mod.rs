@@ -119,11 +119,9 @@ pub(crate) fn guardian_state(ctx: &Context, id: &str, rec: Option<&TreeRecord>) 
             // on an unfinished row means the guardian died; still, a guardian that is
             // provably the recorded process is never called dead.
             Some(r) if !matches!(r.state, StoredState::Finished | StoredState::Released) => {
-                match ctx.procfs().stat(r.guardian.pid) {
-                    Ok(s) if s.starttime == r.guardian.starttime && s.state != 'Z' => {
-                        GuardianState::Alive
-                    }
-                    _ => GuardianState::Dead(None),
+                match recorded_guardian_alive(ctx.procfs(), r) {
+                    true => GuardianState::Alive,
+                    false => GuardianState::Dead(None),
                 }
             }
             Some(_) => GuardianState::Dead(None),
@@ -132,6 +130,12 @@ pub(crate) fn guardian_state(ctx: &Context, id: &str, rec: Option<&TreeRecord>) 
         // Cannot tell: assume alive, never sweep on a guess.
         Err(_) => GuardianState::Alive,
     }
+}
+
+/// Is the process the record names as its guardian (pid and start time) alive?
+pub(crate) fn recorded_guardian_alive(procfs: &Procfs, rec: &TreeRecord) -> bool {
+    matches!(procfs.stat(rec.guardian.pid),
+        Ok(s) if s.starttime == rec.guardian.starttime && s.state != 'Z')
 }
 
 /// The tree cgroup a record names, when it is one this command may act on: a tree

@@ -91,13 +91,9 @@ fn guardian_state_past_readers(ctx: &Context, rec: &TreeRecord) -> reconcile::Gu
     let deadline = Instant::now() + READER_PATIENCE;
     loop {
         let state = reconcile::guardian_state(ctx, &rec.id, Some(rec));
-        let recorded_guardian_gone = || {
-            !matches!(ctx.procfs().stat(rec.guardian.pid),
-                Ok(s) if s.starttime == rec.guardian.starttime && s.state != 'Z')
-        };
         if !matches!(state, reconcile::GuardianState::Alive)
             || Instant::now() >= deadline
-            || !recorded_guardian_gone()
+            || reconcile::recorded_guardian_alive(ctx.procfs(), rec)
         {
             return state;
         }
