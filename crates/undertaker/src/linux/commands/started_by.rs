@@ -121,9 +121,9 @@ fn prove(
 ) -> Option<HostRecord> {
     let procfs = signaller.procfs();
     let pid = ancestors[i];
-    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
+    let parent = || rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
     if let Some(stat) = signaller.launch_parent().filter(|s| i == 0 && s.pid == pid) {
-        return (parent == Some(pid)).then(|| HostRecord {
+        return (parent() == Some(pid)).then(|| HostRecord {
             pid,
             starttime: stat.starttime,
             name: stat.comm.clone(),
@@ -132,8 +132,8 @@ fn prove(
     }
     let pinned = PidRef::open(pid).ok()?;
     let stat = procfs.stat(pid).ok()?;
-    let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get());
-    let chain_intact = parent == Some(ancestors[0])
+    // Asked after the read: the links it checks must hold once the start time is in.
+    let chain_intact = parent() == Some(ancestors[0])
         && (0..i).all(|k| {
             procfs
                 .stat(ancestors[k])
