@@ -18,6 +18,8 @@ use std::sync::OnceLock;
 
 mod mount;
 pub use mount::current_mount;
+#[cfg(test)]
+use mount::parse_cgroup2_mount;
 
 /// The environment variable that asks for a parent directory of tree cgroups (the
 /// `--cgroup-root` flag wins over it).
@@ -69,21 +71,6 @@ pub(crate) fn unescape(field: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The first cgroup2 mount in a mountinfo text.
-pub(crate) fn parse_cgroup2_mount(mountinfo: &str) -> Option<CgroupMount> {
-    mountinfo.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split(' ').next()? != "cgroup2" {
-            return None;
-        }
-        let fields: Vec<&str> = left.split(' ').collect();
-        Some(CgroupMount {
-            root: unescape(fields.get(3)?),
-            mount_point: PathBuf::from(unescape(fields.get(4)?)),
-        })
-    })
 }
 
 impl CgroupMount {

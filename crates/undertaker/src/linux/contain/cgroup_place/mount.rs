@@ -9,7 +9,7 @@
 //! (`statx`'s unique mount id, then `statmount`), and mountinfo answers the same
 //! questions wherever that is not possible.
 
-use super::{parse_cgroup2_mount, unescape, CgroupMount};
+use super::{unescape, CgroupMount};
 use crate::linux::kernel::sys;
 use rustix::fs::{AtFlags, StatxAttributes, StatxFlags, CWD};
 use std::path::PathBuf;
@@ -116,6 +116,18 @@ pub(super) fn from_mountinfo() -> Result<CgroupMount, String> {
 /// The cgroup2 mount the rule chooses.
 pub fn current_mount() -> Result<CgroupMount, String> {
     without_mountinfo().map_or_else(from_mountinfo, Ok)
+}
+
+/// The first cgroup2 mount in a mountinfo text.
+pub(crate) fn parse_cgroup2_mount(text: &str) -> Option<CgroupMount> {
+    let line = text
+        .lines()
+        .filter_map(MountLine::parse)
+        .find(|l| l.cgroup2)?;
+    Some(CgroupMount {
+        mount_point: PathBuf::from(line.mount_point),
+        root: line.root,
+    })
 }
 
 /// The fields of one mountinfo line the rule reads.
