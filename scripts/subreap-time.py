@@ -29,4 +29,5 @@ while True:  # what CMD's processes left behind, reparented here
 ru = resource.getrusage(resource.RUSAGE_CHILDREN)
 cpu = ru.ru_utime + ru.ru_stime - own
 print(round(cpu * 1000))
-sys.exit(os.waitstatus_to_exitcode(status) if os.waitstatus_to_exitcode(status) >= 0 else 1)
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 1)  # killed by a signal: a failed round
