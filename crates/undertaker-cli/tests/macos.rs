@@ -121,6 +121,21 @@ fn tree_script(file: &Path, arg: &str) -> String {
     )
 }
 
+/// `run FLAGS --grace 300ms -- sh -c` a tree whose grandchild `sleep TAG` lives on, in
+/// the background: the scratch state dir, the `undertaker run` process and the
+/// grandchild's pid.
+fn tree_in_background(name: &str, flags: &[&str], tag: &str) -> (Scratch, Child, i32) {
+    let state = Scratch::new(name);
+    std::fs::create_dir_all(&state.0).unwrap();
+    let file = state.0.join("grandchild");
+    let script = tree_script(&file, tag);
+    let mut args = flags.to_vec();
+    args.extend(["--grace", "300ms", "--", "/bin/sh", "-c", &script]);
+    let guardian = run_in_background(&state, &args);
+    let grandchild = pid_in(&file);
+    (state, guardian, grandchild)
+}
+
 #[test]
 fn run_exits_with_cmds_status_and_leaves_no_member() {
     let state = Scratch::new("run");
@@ -144,25 +159,10 @@ fn run_exits_with_cmds_status_and_leaves_no_member() {
 
 #[test]
 fn owner_kill9_tears_the_tree_down() {
-    let state = Scratch::new("owner");
-    std::fs::create_dir_all(&state.0).unwrap();
-    let file = state.0.join("grandchild");
     let mut owner = Command::new("sleep").arg("4310").spawn().expect("owner");
     let owner_pid = owner.id().to_string();
-    let mut guardian = run_in_background(
-        &state,
-        &[
-            "--owner",
-            &owner_pid,
-            "--grace",
-            "300ms",
-            "--",
-            "/bin/sh",
-            "-c",
-            &tree_script(&file, "4311"),
-        ],
-    );
-    let grandchild = pid_in(&file);
+    let (_state, mut guardian, grandchild) =
+        tree_in_background("owner", &["--owner", &owner_pid], "4311");
     owner.kill().expect("the owner's kill -9");
     let _ = owner.wait();
     assert!(
@@ -174,21 +174,7 @@ fn owner_kill9_tears_the_tree_down() {
 
 #[test]
 fn sigterm_to_the_guardian_tears_down_and_exits_143() {
-    let state = Scratch::new("sigterm");
-    std::fs::create_dir_all(&state.0).unwrap();
-    let file = state.0.join("grandchild");
-    let mut guardian = run_in_background(
-        &state,
-        &[
-            "--grace",
-            "300ms",
-            "--",
-            "/bin/sh",
-            "-c",
-            &tree_script(&file, "4321"),
-        ],
-    );
-    let grandchild = pid_in(&file);
+    let (_state, mut guardian, grandchild) = tree_in_background("sigterm", &[], "4321");
     // The test's own child.
     let sent = Command::new("kill")
         .args(["-TERM", &guardian.id().to_string()])
@@ -226,21 +212,7 @@ fn sentinel_of(guardian: u32) -> i32 {
 /// The guardian's `kill -9`: its sentinel tears the tree down, with no sweep.
 #[test]
 fn guardian_kill9_is_covered_by_its_sentinel_without_sweep() {
-    let state = Scratch::new("sentinel");
-    std::fs::create_dir_all(&state.0).unwrap();
-    let file = state.0.join("grandchild");
-    let mut guardian = run_in_background(
-        &state,
-        &[
-            "--grace",
-            "300ms",
-            "--",
-            "/bin/sh",
-            "-c",
-            &tree_script(&file, "4331"),
-        ],
-    );
-    let grandchild = pid_in(&file);
+    let (_state, mut guardian, grandchild) = tree_in_background("sentinel", &[], "4331");
     let _ = sentinel_of(guardian.id());
     // Long enough for a look to record the grandchild.
     std::thread::sleep(Duration::from_millis(500));
@@ -256,21 +228,7 @@ fn guardian_kill9_is_covered_by_its_sentinel_without_sweep() {
 /// ends it from the member record.
 #[test]
 fn sentinel_and_guardian_kill9_leave_the_tree_for_one_sweep() {
-    let state = Scratch::new("sweep");
-    std::fs::create_dir_all(&state.0).unwrap();
-    let file = state.0.join("grandchild");
-    let mut guardian = run_in_background(
-        &state,
-        &[
-            "--grace",
-            "300ms",
-            "--",
-            "/bin/sh",
-            "-c",
-            &tree_script(&file, "4351"),
-        ],
-    );
-    let grandchild = pid_in(&file);
+    let (state, mut guardian, grandchild) = tree_in_background("sweep", &[], "4351");
     let sentinel = sentinel_of(guardian.id());
     std::thread::sleep(Duration::from_millis(500));
     // The sentinel is the guardian's child, which the test started.
@@ -295,23 +253,8 @@ fn sentinel_and_guardian_kill9_leave_the_tree_for_one_sweep() {
 
 #[test]
 fn kill_of_a_live_tree_by_label_ends_it() {
-    let state = Scratch::new("kill");
-    std::fs::create_dir_all(&state.0).unwrap();
-    let file = state.0.join("grandchild");
-    let mut guardian = run_in_background(
-        &state,
-        &[
-            "--label",
-            "mac-kill",
-            "--grace",
-            "300ms",
-            "--",
-            "/bin/sh",
-            "-c",
-            &tree_script(&file, "4341"),
-        ],
-    );
-    let grandchild = pid_in(&file);
+    let (state, mut guardian, grandchild) =
+        tree_in_background("kill", &["--label", "mac-kill"], "4341");
     let out = undertaker(&state, &["kill", "mac-kill"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(
